@@ -1,0 +1,50 @@
+"""Options and environment knobs. Every knob here is in the README's table."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+STRATEGIES = ("none", "xla", "stitch")
+TARGETS = ("auto", "cuda", "cpu", "interpret")
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def disabled() -> bool:
+    """FUSIONSTITCH_DISABLE=1: run graphs unfused through torch (the kill switch)."""
+    return env_flag("FUSIONSTITCH_DISABLE")
+
+
+def debug_dir() -> str | None:
+    """FUSIONSTITCH_DEBUG_DIR: where per-pass dumps and plans are written."""
+    return os.environ.get("FUSIONSTITCH_DEBUG_DIR") or None
+
+
+def verify_enabled() -> bool:
+    """FUSIONSTITCH_VERIFY=1: run the IR verifier between passes (debug mode)."""
+    return env_flag("FUSIONSTITCH_VERIFY")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What `fusionstitch.backend(...)` was asked for; validated on construction."""
+
+    strategy: str = "stitch"
+    target: str = "auto"
+    cuda_graphs: bool = False
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"fusionstitch: unknown strategy {self.strategy!r}; expected one "
+                             f"of {', '.join(STRATEGIES)}")
+        if self.target not in TARGETS:
+            raise ValueError(f"fusionstitch: unknown target {self.target!r}; expected one of "
+                             f"{', '.join(TARGETS)}")
+
+    def resolved_target(self) -> str:
+        if self.target != "auto":
+            return self.target
+        import torch
+        return "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,0 +1,201 @@
+"""The torch.compile backend: Dynamo graph -> AOTAutograd (forward + backward) -> our pipeline.
+
+    import fusionstitch
+    f = torch.compile(fn, backend="fusionstitch")
+    f = torch.compile(fn, backend=fusionstitch.backend(strategy="xla", target="cpu"))
+
+AOTAutograd with core-aten decompositions gives functional forward and
+backward aten graphs; each becomes a `CompiledGraph`, which specialises per
+concrete input signature (shapes, dtypes, SymInt values): FX -> IR ->
+canonicalisation passes -> fusion plan -> Program.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable
+
+import torch
+
+from .. import config
+from ..fusion import make_plan
+from ..fusion.plan import FusionPlan
+from ..ir.graph import Graph
+from ..passes.pipeline import canonicalize
+from ..runtime import counters as _stats
+from ..runtime.program import Program
+from .fx_to_ir import Unsupported, fx_to_ir, input_specs
+
+log = logging.getLogger("fusionstitch.frontend")
+_graph_ids = itertools.count()
+
+# Composite ops decomposed beyond core aten so the planner sees the reductions and
+# elementwise ops inside them (XLA's HLO and the papers fuse at that level too).
+_EXTRA_DECOMPOSITIONS = (
+    "_softmax", "_log_softmax", "native_layer_norm", "native_batch_norm",
+    "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+    "_native_batch_norm_legit_no_training",
+)
+
+
+def decompositions() -> dict:
+    from torch._decomp import core_aten_decompositions, get_decompositions
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions([getattr(torch.ops.aten, n)
+                                     for n in _EXTRA_DECOMPOSITIONS
+                                     if hasattr(torch.ops.aten, n)]))
+    return table
+
+
+def strict() -> bool:
+    """FUSIONSTITCH_STRICT=1: internal errors raise instead of falling back to torch."""
+    return config.env_flag("FUSIONSTITCH_STRICT")
+
+
+@dataclass
+class Specialisation:
+    """One compiled signature of a graph: what explain() reports."""
+
+    graph: Graph              # after canonicalisation (what fusion planned)
+    plan: FusionPlan
+    program: Program
+    planning_seconds: float
+    frontend_ops: int         # ops straight out of the frontend, before passes
+
+
+_FALLBACK = object()
+
+
+class CompiledGraph:
+    """A boxed callable for AOTAutograd: specialises and runs one aten graph."""
+
+    _boxed_call = True
+
+    def __init__(self, gm: torch.fx.GraphModule, options: config.Options, kind: str,
+                 sink: list | None = None):
+        self.gm = gm
+        self.options = options
+        self.kind = kind
+        self.name = f"{kind}_{next(_graph_ids)}"
+        self.specialisations: dict[tuple, Any] = {}
+        self.fallback_reason: str | None = None
+        if sink is not None:
+            sink.append(self)
+        _stats.bump("compiles")
+
+    def __call__(self, *call_args) -> list:
+        # AOTAutograd calls forward graphs boxed (one list) but may call backward graphs
+        # unboxed after Dynamo wraps them; inputs are never lists, so both are unambiguous.
+        args = call_args[0] if len(call_args) == 1 and isinstance(call_args[0], list) \
+            else list(call_args)
+        key = tuple((tuple(a.shape), a.dtype, a.device.type) if isinstance(a, torch.Tensor)
+                    else a for a in args)
+        entry = self.specialisations.get(key)
+        if entry is None:
+            entry = self.specialisations[key] = self._specialise(args)
+        if entry is _FALLBACK:
+            out = self.gm(*args)
+            return list(out) if isinstance(out, (tuple, list)) else [out]
+        return entry.program([a for a in args if isinstance(a, torch.Tensor)])
+
+    def _specialise(self, args: list) -> Any:
+        try:
+            specs = input_specs(args)
+            graph = fx_to_ir(self.gm, specs, self.name)
+            dump = _dumper(self.name)
+            if dump:
+                dump("frontend", graph)
+            start = time.perf_counter()
+            canon = canonicalize(graph, verify=config.verify_enabled(), dump=dump)
+            plan = make_plan(canon, self.options.strategy, self.options.resolved_target())
+            seconds = time.perf_counter() - start
+            if dump:
+                dump(f"{plan.strategy}_plan", plan)
+            device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+            return Specialisation(canon, plan, Program(plan, device), seconds,
+                                  sum(1 for n in graph.ops))
+        except Unsupported as e:
+            self.fallback_reason = str(e)
+            log.warning("%s runs through torch unfused: %s", self.name, e)
+        except Exception as e:  # an internal error must never give a wrong number
+            if strict():
+                raise
+            self.fallback_reason = f"internal error: {type(e).__name__}: {e}"
+            log.exception("%s: internal error, running through torch unfused", self.name)
+        _stats.bump("fallbacks")
+        return _FALLBACK
+
+
+def _dumper(graph_name: str) -> Callable[[str, Any], None] | None:
+    """Numbered per-pass dumps under FUSIONSTITCH_DEBUG_DIR/<graph>/ (see README)."""
+    root = config.debug_dir()
+    if not root:
+        return None
+    folder = os.path.join(root, graph_name)
+    os.makedirs(folder, exist_ok=True)
+    counter = itertools.count(1)
+
+    def dump(stage: str, obj: Any) -> None:
+        path = os.path.join(folder, f"{next(counter):02d}_{stage}.txt")
+        with open(path, "w") as f:
+            f.write(_describe(obj))
+    return dump
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, FusionPlan):
+        lines = [f"plan {obj.strategy}: {obj.num_kernels} kernels, "
+                 f"{obj.num_library_calls} library calls"]
+        for g in obj.groups:
+            ops = ", ".join(f"%{n}={obj.graph[n].op}" for n in g.nodes)
+            lines.append(f"  group {g.id} [{g.kind}/{g.composition}]: {ops}")
+        return "\n".join(lines) + "\n"
+    return str(obj)
+
+
+def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = False,
+            _sink: list | None = None) -> Callable:
+    """A torch.compile backend with these options (see README's knobs table)."""
+    options = config.Options(strategy=strategy, target=target, cuda_graphs=cuda_graphs)
+
+    def fusionstitch_backend(gm: torch.fx.GraphModule, example_inputs: list):
+        if config.disabled():
+            log.info("FUSIONSTITCH_DISABLE is set: running the graph through torch")
+            return gm.forward
+        from torch._dynamo.backends.common import aot_autograd
+        make = partial(CompiledGraph, options=options, sink=_sink)
+        def bw_compiler(g, _):
+            # Dynamo would wrap the backward in disable() and lose `_boxed_call`; we wrap it
+            # ourselves (the flag below tells Dynamo so) and keep the boxed convention.
+            fn = torch._dynamo.disable(make(g, kind="backward"))
+            fn._boxed_call = True
+            return fn
+        bw_compiler._is_wrapped_bw_compiler = True
+
+        aot = aot_autograd(fw_compiler=lambda g, _: make(g, kind="forward"),
+                           bw_compiler=bw_compiler,
+                           inference_compiler=lambda g, _: make(g, kind="inference"),
+                           decompositions=decompositions())
+        return aot(gm, example_inputs)
+
+    fusionstitch_backend.options = options  # type: ignore[attr-defined]
+    return fusionstitch_backend
+
+
+# The default backend, registered as "fusionstitch" (and via the torch_dynamo_backends
+# entry point, which points here).
+dynamo_backend = backend()
+
+
+def register() -> None:
+    from torch._dynamo.backends import registry
+    if "fusionstitch" in registry._COMPILER_FNS:
+        return
+    # when the entry point was discovered, dynamo registers us itself on first lookup
+    if registry._BACKENDS.get("fusionstitch") is not None:
+        return
+    registry.register_backend(compiler_fn=dynamo_backend, name="fusionstitch")

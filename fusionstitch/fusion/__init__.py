@@ -1,0 +1,31 @@
+"""Fusion planning: strategies turn a Graph into a FusionPlan."""
+from __future__ import annotations
+
+import logging
+
+from ..ir.graph import Graph
+from .plan import FREE, KERNEL, LIBRARY, FusionPlan, Group, plan_none
+
+log = logging.getLogger("fusionstitch.fusion")
+
+# Strategy name -> planner(graph, target) -> FusionPlan. `xla` and `stitch` are
+# registered by their modules as they land (issue 3); until then they plan as `none`.
+PLANNERS = {"none": lambda graph, target: plan_none(graph)}
+_warned: set[str] = set()
+
+
+def make_plan(graph: Graph, strategy: str, target: str) -> FusionPlan:
+    planner = PLANNERS.get(strategy)
+    if planner is None:
+        if strategy not in _warned:
+            _warned.add(strategy)
+            log.warning("strategy %r is not implemented yet; planning as 'none' (unfused)",
+                        strategy)
+        planner = PLANNERS["none"]
+    plan = planner(graph, target)
+    plan.validate()
+    return plan
+
+
+__all__ = ["FREE", "KERNEL", "LIBRARY", "FusionPlan", "Group", "plan_none", "make_plan",
+           "PLANNERS"]

@@ -1,0 +1,275 @@
+"""The op table: category, shape/dtype rule and reference implementation of each op.
+
+IR op names are aten overload names without the namespace (`add.Tensor`,
+`sum.dim_IntList`), or `ns.op.overload` for other namespaces
+(`prims.convert_element_type.default`). The reference implementation is the
+aten overload itself, so the reference interpreter *is* eager PyTorch at the
+aten level; the shape/dtype rule runs the same overload on meta tensors.
+
+Ops that are not in the table are still representable: `lookup` gives them a
+`library` definition flagged `fallback=True` (run by torch, never fused), which
+the frontend logs once and counts in `stats()["fallbacks"]`.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable
+
+import torch
+
+from .graph import (CONSTANT, GETITEM, PARAMETER, Ref, TensorLiteral, TensorType,
+                    TupleType, Type, dtype_name)
+
+
+class Category(str, enum.Enum):
+    """Op categories, in the papers' words (XLA HLO classes)."""
+
+    ELEMENTWISE = "elementwise"      # same-shape pointwise math, casts, compares, where
+    BROADCAST = "broadcast"          # expand: replicate along new/size-1 dims
+    RESHAPE = "reshape"              # view/bitcast of a contiguous buffer: free
+    TRANSPOSE = "transpose"          # permute/transpose: a layout change
+    DATA_MOVEMENT = "data_movement"  # slice, concat, gather, scatter, pad, index
+    REDUCE = "reduce"                # sum/mean/max/var... and softmax-like row ops
+    DOT = "dot"                      # mm, bmm, addmm: GEMMs (library calls on GPU)
+    LIBRARY = "library"              # convolution and anything run by torch / vendor libs
+    SOURCE = "source"                # parameters, constants, creation ops (full, arange, rand)
+    TUPLE = "tuple"                  # getitem on a multi-result op: free
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    category: Category
+    random: bool = False      # draws from the global RNG: never CSE'd or folded
+    view: bool = False        # result aliases its first input (must stay a real view)
+    fallback: bool = False    # not in the table: run by torch, logged, counted
+
+    @property
+    def is_library(self) -> bool:
+        return self.category in (Category.LIBRARY, Category.DOT)
+
+    @property
+    def impl(self) -> Callable:
+        return resolve_overload(self.name)
+
+
+def _names(text: str) -> list[str]:
+    return text.split()
+
+
+_ELEMENTWISE = _names("""
+    abs.default neg.default exp.default exp2.default log.default log2.default log10.default
+    log1p.default expm1.default sqrt.default rsqrt.default sin.default cos.default tan.default
+    asin.default acos.default atan.default sinh.default cosh.default tanh.default
+    asinh.default acosh.default atanh.default
+    sigmoid.default relu.default gelu.default silu.default erf.default erfc.default erfinv.default
+    reciprocal.default sign.default sgn.default floor.default ceil.default round.default trunc.default
+    frac.default square.default
+    pow.Tensor_Scalar pow.Tensor_Tensor pow.Scalar
+    add.Tensor add.Scalar sub.Tensor sub.Scalar rsub.Scalar rsub.Tensor mul.Tensor mul.Scalar
+    div.Tensor div.Scalar div.Tensor_mode div.Scalar_mode
+    maximum.default minimum.default fmax.default fmin.default
+    clamp.default clamp.Tensor clamp_min.default clamp_max.default clamp_min.Tensor clamp_max.Tensor
+    where.self where.ScalarOther where.ScalarSelf where.Scalar
+    eq.Tensor eq.Scalar ne.Tensor ne.Scalar lt.Tensor lt.Scalar le.Tensor le.Scalar
+    gt.Tensor gt.Scalar ge.Tensor ge.Scalar
+    logical_and.default logical_or.default logical_not.default logical_xor.default
+    bitwise_and.Tensor bitwise_and.Scalar bitwise_or.Tensor bitwise_or.Scalar
+    bitwise_xor.Tensor bitwise_not.default
+    isnan.default isinf.default isfinite.default atan2.default fmod.Tensor fmod.Scalar
+    remainder.Tensor remainder.Scalar hypot.default copysign.Tensor nan_to_num.default
+    lerp.Scalar lerp.Tensor addcmul.default addcdiv.default
+    sigmoid_backward.default tanh_backward.default threshold_backward.default
+    gelu_backward.default silu_backward.default hardtanh.default leaky_relu.default
+    elu.default softplus.default mish.default hardsigmoid.default hardswish.default
+    logit.default xlogy.Tensor heaviside.default
+    _to_copy.default clone.default copy.default alias_copy.default
+    prims.convert_element_type.default lift_fresh_copy.default
+""")
+_BROADCAST = _names("expand.default expand_copy.default broadcast_in_dim.default")
+_RESHAPE = _names("""
+    view.default _unsafe_view.default reshape.default view_copy.default alias.default
+    squeeze.default squeeze.dim squeeze.dims unsqueeze.default flatten.using_ints
+    unflatten.int view.dtype view_as_real.default view_as_complex.default
+""")
+_VIEWS = frozenset(_names("""
+    view.default _unsafe_view.default alias.default squeeze.default squeeze.dim squeeze.dims
+    unsqueeze.default expand.default permute.default t.default transpose.int slice.Tensor
+    select.int as_strided.default diagonal.default unfold.default view.dtype split.Tensor
+    split_with_sizes.default unbind.int view_as_real.default view_as_complex.default
+    flatten.using_ints unflatten.int narrow.default
+"""))
+_TRANSPOSE = _names("permute.default t.default transpose.int permute_copy.default")
+_DATA_MOVEMENT = _names("""
+    slice.Tensor select.int cat.default stack.default index.Tensor index_select.default
+    gather.default scatter.src scatter.value scatter_add.default scatter_reduce.two
+    index_put.default index_add.default _unsafe_index.Tensor _unsafe_index_put.default
+    embedding.default embedding_dense_backward.default constant_pad_nd.default
+    slice_scatter.default select_scatter.default diagonal_scatter.default split.Tensor
+    split_with_sizes.default unbind.int flip.default roll.default repeat.default
+    as_strided.default as_strided_scatter.default narrow.default diagonal.default
+    unfold.default masked_fill.Scalar masked_fill.Tensor tril.default triu.default
+    slice_copy.Tensor select_copy.int
+""")
+_REDUCE = _names("""
+    sum.default sum.dim_IntList mean.default mean.dim amax.default amin.default
+    max.default max.dim min.default min.dim argmax.default argmin.default prod.default prod.dim_int
+    var.correction var.dim var_mean.correction std.correction any.default any.dim any.dims
+    all.default all.dim logsumexp.default norm.ScalarOpt_dim linalg_vector_norm.default
+    _softmax.default _log_softmax.default _softmax_backward_data.default
+    _log_softmax_backward_data.default native_layer_norm.default
+    native_layer_norm_backward.default nll_loss_forward.default nll_loss_backward.default
+    log_sigmoid_forward.default log_sigmoid_backward.default
+    _native_batch_norm_legit_functional.default _native_batch_norm_legit_no_training.default
+    native_batch_norm.default native_batch_norm_backward.default
+""")
+_DOT = _names("mm.default bmm.default addmm.default baddbmm.default dot.default mv.default")
+_LIBRARY = _names("""
+    convolution.default convolution_backward.default max_pool2d_with_indices.default
+    max_pool2d_with_indices_backward.default avg_pool2d.default avg_pool2d_backward.default
+    _adaptive_avg_pool2d.default _adaptive_avg_pool2d_backward.default
+    cumsum.default cumprod.default sort.default topk.default
+""")
+_SOURCE = _names("""
+    full.default zeros.default ones.default empty.memory_format empty_strided.default
+    scalar_tensor.default arange.default arange.start arange.start_step iota.default
+    full_like.default zeros_like.default ones_like.default empty_like.default new_zeros.default
+    new_ones.default new_full.default new_empty.default new_empty_strided.default
+    rand.default randn.default rand_like.default randn_like.default bernoulli.p bernoulli.default
+    native_dropout.default randint.low randperm.default
+    prims.iota.default
+""")
+_RANDOM = frozenset(_names("""
+    rand.default randn.default rand_like.default randn_like.default bernoulli.p bernoulli.default
+    native_dropout.default randint.low randperm.default
+"""))
+
+
+def _build_table() -> dict[str, OpDef]:
+    table: dict[str, OpDef] = {}
+    for cat, names in ((Category.ELEMENTWISE, _ELEMENTWISE), (Category.BROADCAST, _BROADCAST),
+                       (Category.RESHAPE, _RESHAPE), (Category.TRANSPOSE, _TRANSPOSE),
+                       (Category.DATA_MOVEMENT, _DATA_MOVEMENT), (Category.REDUCE, _REDUCE),
+                       (Category.DOT, _DOT), (Category.LIBRARY, _LIBRARY),
+                       (Category.SOURCE, _SOURCE)):
+        for n in names:
+            assert n not in table, f"op {n} listed twice in the op table"
+            table[n] = OpDef(n, cat, random=n in _RANDOM, view=n in _VIEWS)
+    table[PARAMETER] = OpDef(PARAMETER, Category.SOURCE)
+    table[CONSTANT] = OpDef(CONSTANT, Category.SOURCE)
+    table[GETITEM] = OpDef(GETITEM, Category.TUPLE)
+    return table
+
+
+OP_TABLE: dict[str, OpDef] = _build_table()
+
+
+def op_name(overload: Any) -> str:
+    """IR name of a torch OpOverload: `add.Tensor`, or `prims.iota.default`."""
+    ns = overload.namespace
+    base = f"{overload._opname}.{overload._overloadname}"
+    return base if ns == "aten" else f"{ns}.{base}"
+
+
+@lru_cache(maxsize=None)
+def resolve_overload(name: str) -> Callable:
+    """The torch OpOverload for an IR op name (structural ops have none)."""
+    if name in (PARAMETER, CONSTANT, GETITEM):
+        raise KeyError(f"{name} is structural and has no torch overload")
+    parts = name.split(".")
+    if len(parts) == 2:
+        ns, packet, overload = "aten", parts[0], parts[1]
+    elif len(parts) == 3:
+        ns, packet, overload = parts
+    else:
+        raise KeyError(f"malformed op name {name!r}: expected 'op.overload' or 'ns.op.overload'")
+    try:
+        return getattr(getattr(getattr(torch.ops, ns), packet), overload)
+    except (AttributeError, RuntimeError):
+        raise KeyError(f"unknown op {name!r}: no torch.ops.{ns}.{packet}.{overload}") from None
+
+
+def lookup(name: str) -> OpDef:
+    """The op's definition; an op outside the table is a fallback library op."""
+    d = OP_TABLE.get(name)
+    if d is not None:
+        return d
+    resolve_overload(name)  # raises with the op named if torch does not know it either
+    return OpDef(name, Category.LIBRARY, fallback=True)
+
+
+def category(name: str) -> Category:
+    return lookup(name).category
+
+
+# --- reference semantics and the shape/dtype rule --------------------------------------
+
+def _materialise(value: Any, env: dict[str, Any]) -> Any:
+    if isinstance(value, Ref):
+        return env[value.name]
+    if isinstance(value, TensorLiteral):
+        return value.value
+    if isinstance(value, tuple):
+        return [_materialise(v, env) for v in value]  # aten takes lists for Tensor[] / int[]
+    return value
+
+
+def call_reference(op: str, args: tuple, kwargs: tuple, env: dict[str, Any]) -> Any:
+    """Run one op on the values in `env` (real or meta tensors)."""
+    if op == GETITEM:
+        return _materialise(args[0], env)[args[1]]
+    if op == CONSTANT:
+        return dict(kwargs)["value"].value
+    fn = resolve_overload(op)
+    return fn(*[_materialise(a, env) for a in args],
+              **{k: _materialise(v, env) for k, v in kwargs})
+
+
+def type_of_value(value: Any, op: str = "?") -> Type:
+    """The IR type of a torch result (tensor, or tuple/list of tensors and Nones)."""
+    if isinstance(value, torch.Tensor):
+        return TensorType(tuple(int(d) for d in value.shape), dtype_name(value.dtype))
+    if isinstance(value, (tuple, list)):
+        return TupleType(tuple(None if v is None else type_of_value(v, op) for v in value))
+    raise TypeError(f"op {op} returned {type(value).__name__}; expected a tensor or a tuple "
+                    "of tensors")
+
+
+def _meta(t: TensorType) -> torch.Tensor:
+    return torch.empty(t.shape, dtype=t.torch_dtype, device="meta")
+
+
+def infer_type(op: str, args: tuple, kwargs: tuple, types) -> Type:
+    """Shape/dtype rule: the op's result type from its argument types (`types[name]`).
+
+    Runs the aten overload on meta tensors, so the rule is torch's own.
+    Raises TypeError naming the op when the arguments do not fit its schema.
+    """
+    if op == GETITEM:
+        src = types[args[0].name]
+        if not isinstance(src, TupleType):
+            raise TypeError(f"getitem on %{args[0].name}: expected a tuple, got {src}")
+        elem = src.elements[args[1]]
+        if elem is None:
+            raise TypeError(f"getitem {args[1]} of %{args[0].name} is None")
+        return elem
+    if op == CONSTANT:
+        return dict(kwargs)["value"].type
+    from .graph import _walk_refs
+    needed = {r.name for r in _walk_refs(args)}
+    for _, v in kwargs:
+        needed.update(r.name for r in _walk_refs(v))
+    env = {}
+    for name in needed:
+        t = types[name]
+        if isinstance(t, TensorType):
+            env[name] = _meta(t)
+        else:
+            env[name] = [None if e is None else _meta(e) for e in t.elements]
+    try:
+        out = call_reference(op, args, kwargs, env)
+    except Exception as e:  # torch's message says which argument is wrong
+        raise TypeError(f"op {op}: arguments do not fit its schema or shapes: {e}") from e
+    return type_of_value(out, op)

@@ -1,0 +1,4 @@
+"""Reports: explain() and (later) pictures of plans."""
+from .explain import GraphReport, Report, explain
+
+__all__ = ["GraphReport", "Report", "explain"]

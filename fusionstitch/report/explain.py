@@ -1,0 +1,124 @@
+"""explain(): compile a function with a capturing backend and report what was planned.
+
+It runs the function once (and, when an output needs grad, its backward via
+torch.autograd.grad, which leaves every `.grad` untouched) so that forward and
+backward graphs are both compiled, then sums the plans of every graph. The
+process-wide stats() are restored afterwards: explaining is not running.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..analysis.cost import plan_bytes
+from ..fusion.plan import FREE
+from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Graph
+from ..runtime import counters as _stats
+
+_STRUCTURAL = (PARAMETER, CONSTANT, GETITEM)
+
+
+def count_ops(graph: Graph) -> int:
+    """IR ops of a graph: every node but parameters, constants and tuple accesses."""
+    return sum(1 for n in graph.nodes if n.op not in _STRUCTURAL)
+
+
+@dataclass
+class GraphReport:
+    name: str
+    kind: str                 # forward | backward | inference
+    num_ops: int
+    num_kernels: int
+    num_library_calls: int
+    bytes_moved: int
+    planning_seconds: float
+    plan: object = None       # FusionPlan, or None when the graph fell back to torch
+    fallback_reason: str | None = None
+
+
+@dataclass
+class Report:
+    strategy: str
+    target: str
+    graphs: list[GraphReport] = field(default_factory=list)
+
+    num_ops = property(lambda self: sum(g.num_ops for g in self.graphs))
+    num_kernels = property(lambda self: sum(g.num_kernels for g in self.graphs))
+    num_library_calls = property(lambda self: sum(g.num_library_calls for g in self.graphs))
+    bytes_moved = property(lambda self: sum(g.bytes_moved for g in self.graphs))
+    planning_seconds = property(lambda self: sum(g.planning_seconds for g in self.graphs))
+
+    def __str__(self) -> str:
+        lines = [f"fusionstitch plan (strategy={self.strategy}, target={self.target}): "
+                 f"{self.num_ops} ops -> {self.num_kernels} kernels + "
+                 f"{self.num_library_calls} library calls, "
+                 f"{self.bytes_moved / 1e6:.3f} MB moved, planned in "
+                 f"{self.planning_seconds * 1e3:.1f} ms"]
+        for g in self.graphs:
+            head = (f"  {g.name} ({g.kind}): {g.num_ops} ops -> {g.num_kernels} kernels + "
+                    f"{g.num_library_calls} library calls, {g.bytes_moved / 1e6:.3f} MB")
+            if g.fallback_reason:
+                head += f"  [runs through torch: {g.fallback_reason}]"
+            lines.append(head)
+            if g.plan is not None:
+                for grp in g.plan.groups:
+                    if grp.kind == FREE:
+                        continue
+                    ops = " ".join(g.plan.graph[n].op for n in grp.nodes)
+                    lines.append(f"    {grp.kind:7s} #{grp.id} [{grp.composition}] {ops}")
+        return "\n".join(lines)
+
+
+def _leaves(fn, args) -> list[torch.Tensor]:
+    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad and a.is_leaf]
+    if isinstance(fn, torch.nn.Module):
+        leaves += [p for p in fn.parameters() if p.requires_grad]
+    return leaves
+
+
+def _flat_tensors(out) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _flat_tensors(o)]
+    if isinstance(out, dict):
+        return [t for o in out.values() for t in _flat_tensors(o)]
+    return []
+
+
+def explain(fn, *args, strategy: str = "stitch", target: str = "auto", **kwargs) -> Report:
+    """Plan `fn(*args, **kwargs)` (forward and backward) and report kernels, bytes, time."""
+    from ..config import Options
+    from ..frontend.torch import backend
+    opts = Options(strategy=strategy, target=target)
+    sink: list = []
+    compiled = torch.compile(fn, backend=backend(strategy, target, _sink=sink))
+    saved = _stats.stats()
+    try:
+        out = compiled(*args, **kwargs)
+        needs_grad = [t for t in _flat_tensors(out) if t.requires_grad]
+        leaves = _leaves(fn, args)
+        if needs_grad and leaves and torch.is_grad_enabled():
+            loss = sum(t.float().sum() for t in needs_grad)
+            torch.autograd.grad(loss, leaves, allow_unused=True)
+    finally:
+        _stats.restore(saved)
+    if not sink:
+        raise RuntimeError("fusionstitch.explain: torch.compile produced no graph for this "
+                           "function (it may have fallen back to eager, e.g. after too many "
+                           "recompilations); try torch._dynamo.reset() first")
+    report = Report(strategy, opts.resolved_target())
+    for cg in sink:
+        if not cg.specialisations:
+            continue
+        for spec in cg.specialisations.values():
+            if not hasattr(spec, "plan"):
+                report.graphs.append(GraphReport(cg.name, cg.kind, 0, 0, 0, 0, 0.0,
+                                                 fallback_reason=cg.fallback_reason))
+                continue
+            report.graphs.append(GraphReport(
+                cg.name, cg.kind, count_ops(spec.graph), spec.plan.num_kernels,
+                spec.plan.num_library_calls, plan_bytes(spec.plan), spec.planning_seconds,
+                spec.plan))
+    return report

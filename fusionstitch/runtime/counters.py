@@ -1,0 +1,23 @@
+"""Process-wide counters behind `fusionstitch.stats()` (see DESIGN.md)."""
+from __future__ import annotations
+
+_KEYS = ("kernels_launched", "library_calls", "compiles", "cache_hits", "fallbacks")
+_COUNTERS: dict[str, int] = dict.fromkeys(_KEYS, 0)
+
+
+def stats() -> dict[str, int]:
+    """A copy of the counters: kernels launched, library calls, compiles, cache hits, fallbacks."""
+    return dict(_COUNTERS)
+
+
+def reset_stats() -> None:
+    for k in _KEYS:
+        _COUNTERS[k] = 0
+
+
+def bump(key: str, n: int = 1) -> None:
+    _COUNTERS[key] += n
+
+
+def restore(saved: dict[str, int]) -> None:
+    _COUNTERS.update(saved)

@@ -1,0 +1,120 @@
+"""Program: executes a FusionPlan group by group.
+
+This is the plan executor of the torch path: each group's nodes run through
+their reference implementations (aten overloads), which is how the `none`
+strategy runs and how every plan is checked before code generation exists.
+It counts one launch per kernel group and one call per library group, so
+`stats()["kernels_launched"]` matches `explain().num_kernels`.
+
+Intermediates are dropped after their last use so peak memory stays as eager.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..fusion.plan import KERNEL, LIBRARY, FusionPlan
+from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Ref, TensorLiteral
+from ..ir.ops import resolve_overload
+from . import counters as _stats
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """Argument placeholder: the value computed by node number `index`."""
+
+    index: int
+
+
+def _template(value: Any, slot_of: dict[str, int]) -> Any:
+    if isinstance(value, Ref):
+        return _Slot(slot_of[value.name])
+    if isinstance(value, TensorLiteral):
+        return value.value
+    if isinstance(value, tuple):
+        return [_template(v, slot_of) for v in value]
+    return value
+
+
+def _fill(template: Any, values: list) -> Any:
+    if isinstance(template, _Slot):
+        return values[template.index]
+    if isinstance(template, list):
+        return [_fill(v, values) for v in template]
+    return template
+
+
+class Program:
+    """A compiled plan for one concrete input signature."""
+
+    def __init__(self, plan: FusionPlan, device: torch.device | None = None):
+        self.plan = plan
+        graph = plan.graph
+        self.device = device or torch.device("cpu")
+        slot_of = {n.name: i for i, n in enumerate(graph.nodes)}
+        self.num_slots = len(graph.nodes)
+        self.param_slots = [slot_of[n.name] for n in graph.params]
+        # constants are materialised once, on the program's device
+        self.constants = [(slot_of[n.name], n.kwarg("value").value.to(self.device))
+                          for n in graph.nodes if n.op == CONSTANT]
+        last_use: dict[str, str] = {}
+        for n in graph.nodes:
+            for i in n.inputs:
+                last_use[i] = n.name
+        keep = {r.name for r in graph.output_refs} | {n.name for n in graph.params}
+        dead_after: dict[str, list[int]] = {}
+        for value, user in last_use.items():
+            if value not in keep:
+                dead_after.setdefault(user, []).append(slot_of[value])
+        steps = []
+        for g in plan.groups:
+            ops = []
+            for name in g.nodes:
+                node = graph[name]
+                if node.op == GETITEM:
+                    fn = _getitem
+                    args = [_Slot(slot_of[node.args[0].name]), node.args[1]]
+                    kwargs = {}
+                else:
+                    fn = resolve_overload(node.op)
+                    args = [_template(a, slot_of) for a in node.args]
+                    kwargs = {k: _template(v, slot_of) for k, v in node.kwargs}
+                ops.append((slot_of[name], fn, args, kwargs, dead_after.get(name, ())))
+            steps.append((g.kind, ops))
+        self.steps = steps
+        self.outputs = [_Slot(slot_of[o.name]) if isinstance(o, Ref) else o
+                        for o in graph.outputs]
+        self.num_kernels = plan.num_kernels
+        self.num_library_calls = plan.num_library_calls
+        self.num_fallback_calls = plan.num_fallback_calls
+        assert all(n.op != PARAMETER for n in graph.nodes[len(self.param_slots):]), \
+            "parameters must lead the graph"
+
+    def __call__(self, inputs: list[torch.Tensor]) -> list[Any]:
+        values: list[Any] = [None] * self.num_slots
+        for slot, t in zip(self.param_slots, inputs):
+            values[slot] = t
+        for slot, t in self.constants:
+            values[slot] = t
+        kernels = library = 0
+        for kind, ops in self.steps:
+            for slot, fn, args, kwargs, dead in ops:
+                values[slot] = fn(*_fill(args, values), **{k: _fill(v, values)
+                                                         for k, v in kwargs.items()})
+                for d in dead:
+                    values[d] = None
+            if kind == KERNEL:
+                kernels += 1
+            elif kind == LIBRARY:
+                library += 1
+        _stats.bump("kernels_launched", kernels)
+        _stats.bump("library_calls", library)
+        if self.num_fallback_calls:
+            _stats.bump("fallbacks", self.num_fallback_calls)
+        return [_fill(o, values) for o in self.outputs]
+
+
+def _getitem(seq, index):
+    return seq[index]
