@@ -86,7 +86,7 @@ _ELEMENTWISE = _names("""
     elu.default softplus.default mish.default hardsigmoid.default hardswish.default
     logit.default xlogy.Tensor heaviside.default
     _to_copy.default clone.default copy.default alias_copy.default
-    prims.convert_element_type.default lift_fresh_copy.default
+    prims.convert_element_type.default prims.fma.default lift_fresh_copy.default
 """)
 _BROADCAST = _names("expand.default expand_copy.default broadcast_in_dim.default")
 _RESHAPE = _names("""

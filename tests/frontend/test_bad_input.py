@@ -1,0 +1,167 @@
+"""Bad or unusual input never gives a wrong number: it works, falls back, or is refused."""
+import logging
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import fusionstitch
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
+    torch._dynamo.reset()
+    fusionstitch.reset_stats()
+
+
+def compiled(fn, **opts):
+    return torch.compile(fn, backend=fusionstitch.backend(**opts) if opts else "fusionstitch")
+
+
+def test_unsupported_op_falls_back_and_is_counted(caplog):
+    def fn(x):
+        return torch.fft.rfft(x * 2).abs() + 1
+
+    x = torch.randn(4, 16)
+    with caplog.at_level(logging.WARNING, logger="fusionstitch.frontend"):
+        got = compiled(fn)(x)
+        compiled(fn)(x)
+    torch.testing.assert_close(got, fn(x))
+    assert fusionstitch.stats()["fallbacks"] >= 1
+    msgs = [r.getMessage() for r in caplog.records if "fft" in r.getMessage()]
+    assert len(msgs) == 1, "a fallback op is logged once per op name"
+
+
+def test_inplace_mutation_of_input_keeps_eager_semantics():
+    def fn(x, y):
+        x.add_(y)
+        return x * 2
+
+    x1, y = torch.randn(3, 4), torch.randn(3, 4)
+    x2 = x1.clone()
+    out = compiled(fn)(x1, y)
+    ref = fn(x2, y)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(x1, x2)
+
+
+def test_inputs_not_mutated_unless_graph_says_so():
+    def fn(x):
+        return torch.relu(x).sum(0)
+
+    x = torch.randn(5, 3)
+    before = x.clone()
+    compiled(fn)(x)
+    assert torch.equal(x, before)
+
+
+@pytest.mark.parametrize("case", ["zero_size", "non_contiguous", "broadcast", "int", "bool",
+                                  "zero_dim", "expanded"])
+def test_unusual_tensors(case):
+    def fn(a, b):
+        return (a * b + a).sum(-1), a.max(dim=-1).values if a.numel() else a.sum(-1)
+
+    if case == "zero_size":
+        args = (torch.randn(0, 4), torch.randn(0, 4))
+    elif case == "non_contiguous":
+        args = (torch.randn(4, 6).t(), torch.randn(6, 4)[:, ::1])
+    elif case == "broadcast":
+        args = (torch.randn(3, 4), torch.randn(4))
+    elif case == "int":
+        args = (torch.randint(-5, 5, (3, 4)), torch.randint(-5, 5, (3, 4)))
+    elif case == "bool":
+        def fn(a, b):  # noqa: F811 - bool tensors take logical ops
+            return (a & b) | ~a, (a ^ b).sum(-1)
+        args = (torch.rand(3, 4) > 0.5, torch.rand(3, 4) > 0.5)
+    elif case == "zero_dim":
+        args = (torch.tensor(2.5), torch.tensor(-1.0))
+        def fn(a, b):  # noqa: F811
+            return a * b + a.exp(), (a > b)
+    else:
+        args = (torch.randn(4, 1).expand(4, 5), torch.randn(1, 5).expand(4, 5))
+    got = compiled(fn)(*args)
+    ref = fn(*args)
+    for g, r in zip(got, ref):
+        assert g.dtype == r.dtype and g.shape == r.shape
+        torch.testing.assert_close(g, r)
+
+
+def test_new_batch_size_works_dynamic_or_specialised():
+    lin = torch.nn.Linear(8, 4)
+
+    def fn(x):
+        return torch.softmax(lin(x), -1).sum()
+
+    f = compiled(fn)
+    for batch in (2, 3, 7, 3):
+        x = torch.randn(batch, 8, requires_grad=True)
+        out = f(x)
+        out.backward()
+        x_ref = x.detach().clone().requires_grad_()
+        fn(x_ref).backward()
+        torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+def test_unhandled_dtype_falls_back_with_reason(caplog):
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("no float8 in this torch")
+
+    def fn(x):
+        return x.to(torch.float32) * 2
+
+    x = torch.randn(4).to(torch.float8_e4m3fn)
+    with caplog.at_level(logging.WARNING, logger="fusionstitch.frontend"):
+        got = compiled(fn)(x)
+    torch.testing.assert_close(got, fn(x))
+    assert fusionstitch.stats()["fallbacks"] >= 1
+    assert any("float8" in r.getMessage() for r in caplog.records)
+
+
+def test_unknown_strategy_or_target_is_refused():
+    with pytest.raises(ValueError, match="strategy 'fastest'"):
+        fusionstitch.backend(strategy="fastest")
+    with pytest.raises(ValueError, match="target 'tpu'"):
+        fusionstitch.backend(target="tpu")
+
+
+def test_disable_switch_runs_eager(monkeypatch):
+    monkeypatch.setenv("FUSIONSTITCH_DISABLE", "1")
+
+    def fn(x):
+        return torch.tanh(x) * 3
+
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(fn)(x), fn(x))
+    assert fusionstitch.stats()["compiles"] == 0
+    assert fusionstitch.stats()["kernels_launched"] == 0
+
+
+def test_internal_error_falls_back_when_not_strict(monkeypatch):
+    """An internal bug must cost speed, never correctness (FUSIONSTITCH_STRICT unset)."""
+    monkeypatch.delenv("FUSIONSTITCH_STRICT")
+    import fusionstitch.frontend.torch as ft
+
+    def boom(*a, **k):
+        raise RuntimeError("planner bug")
+
+    monkeypatch.setattr(ft, "make_plan", boom)
+
+    def fn(x):
+        return x.sin() + 1
+
+    x = torch.randn(6)
+    torch.testing.assert_close(compiled(fn)(x), fn(x))
+    assert fusionstitch.stats()["fallbacks"] == 1
+
+
+def test_backend_name_resolves_through_entry_point():
+    """torch.compile(backend="fusionstitch") works without importing fusionstitch first."""
+    code = ("import torch\n"
+            "f = torch.compile(lambda x: x.cos() * 2, backend='fusionstitch')\n"
+            "x = torch.randn(5)\n"
+            "assert torch.allclose(f(x), x.cos() * 2)\n"
+            "import fusionstitch\n"
+            "assert fusionstitch.stats()['kernels_launched'] == 2, fusionstitch.stats()\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
