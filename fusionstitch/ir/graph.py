@@ -134,8 +134,8 @@ class TensorLiteral:
         if not isinstance(other, TensorLiteral):
             return NotImplemented
         a, b = self.value, other.value
-        return (a.dtype == b.dtype and a.shape == b.shape
-                and bool(torch.equal(a.cpu(), b.cpu()) or _both_nan_equal(a, b)))
+        # bitwise: -0.0 differs from 0.0 and a NaN equals itself
+        return a.dtype == b.dtype and a.shape == b.shape and self.to_bytes() == other.to_bytes()
 
     def __hash__(self) -> int:
         return hash((tuple(self.value.shape), self.value.dtype))
@@ -145,13 +145,6 @@ class TensorLiteral:
                                 if self.value.dtype != torch.bfloat16 else
                                 self.value.detach().cpu().contiguous().view(torch.int16)
                                 .numpy().tobytes()).decode()
-
-
-def _both_nan_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if not a.is_floating_point():
-        return False
-    a, b = a.cpu(), b.cpu()
-    return bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
 # Literal values allowed in node arguments besides Ref: see ir/text.py for syntax.
@@ -176,7 +169,18 @@ def map_refs(value: Any, fn) -> Any:
     return value
 
 
-@dataclass(frozen=True)
+def _strict(value: Any) -> Any:
+    """A key that tells 1, 1.0 and True apart (and -0.0 from 0.0), for node equality."""
+    if isinstance(value, tuple):
+        return tuple(_strict(v) for v in value)
+    if isinstance(value, float):
+        return (float, value.hex() if value == value else "nan")
+    if isinstance(value, (bool, int)):
+        return (type(value), value)
+    return value
+
+
+@dataclass(frozen=True, eq=False)
 class Node:
     """One op application. `args`/`kwargs` follow the op's aten schema."""
 
@@ -198,6 +202,16 @@ class Node:
         for _, v in self.kwargs:
             refs.extend(_walk_refs(v))
         return tuple(r.name for r in refs)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Node):
+            return NotImplemented
+        return (self.name == other.name and self.op == other.op and self.type == other.type
+                and _strict(self.args) == _strict(other.args)
+                and _strict(tuple(self.kwargs)) == _strict(tuple(other.kwargs)))
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.op, self.type))
 
     def kwarg(self, key: str, default: Any = None) -> Any:
         for k, v in self.kwargs:

@@ -88,14 +88,14 @@ _ELEMENTWISE = _names("""
     _to_copy.default clone.default copy.default alias_copy.default
     prims.convert_element_type.default prims.fma.default lift_fresh_copy.default
 """)
-_BROADCAST = _names("expand.default expand_copy.default broadcast_in_dim.default")
+_BROADCAST = _names("expand.default expand_copy.default prims.broadcast_in_dim.default")
 _RESHAPE = _names("""
     view.default _unsafe_view.default reshape.default view_copy.default alias.default
     squeeze.default squeeze.dim squeeze.dims unsqueeze.default flatten.using_ints
     unflatten.int view.dtype view_as_real.default view_as_complex.default
 """)
 _VIEWS = frozenset(_names("""
-    view.default _unsafe_view.default alias.default squeeze.default squeeze.dim squeeze.dims
+    view.default alias.default squeeze.default squeeze.dim squeeze.dims
     unsqueeze.default expand.default permute.default t.default transpose.int slice.Tensor
     select.int as_strided.default diagonal.default unfold.default view.dtype split.Tensor
     split_with_sizes.default unbind.int view_as_real.default view_as_complex.default
@@ -134,7 +134,7 @@ _LIBRARY = _names("""
 """)
 _SOURCE = _names("""
     full.default zeros.default ones.default empty.memory_format empty_strided.default
-    scalar_tensor.default arange.default arange.start arange.start_step iota.default
+    scalar_tensor.default arange.default arange.start arange.start_step
     full_like.default zeros_like.default ones_like.default empty_like.default new_zeros.default
     new_ones.default new_full.default new_empty.default new_empty_strided.default
     rand.default randn.default rand_like.default randn_like.default bernoulli.p bernoulli.default
@@ -268,6 +268,8 @@ def infer_type(op: str, args: tuple, kwargs: tuple, types) -> Type:
             env[name] = _meta(t)
         else:
             env[name] = [None if e is None else _meta(e) for e in t.elements]
+    # creation ops allocate for real unless told otherwise: type them on meta too
+    kwargs = tuple((k, "meta" if k == "device" else v) for k, v in kwargs)
     try:
         out = call_reference(op, args, kwargs, env)
     except Exception as e:  # torch's message says which argument is wrong
