@@ -1,0 +1,51 @@
+"""The canonicalisation pipeline: every pass, in order, with why it is there."""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from ..ir.graph import Graph
+from .constant_fold import constant_fold
+from .cse import cse
+from .dce import dce
+from .simplify import fold_views
+
+log = logging.getLogger("fusionstitch.passes")
+
+Pass = Callable[[Graph], Graph]
+
+# One pass over this list reaches a fixpoint on typical graphs: no pass creates
+# work for an earlier one (CSE and DCE only merge or drop nodes, never making a
+# new view chain or a new all-constant node).
+PIPELINE: tuple[tuple[str, Pass, str], ...] = (
+    ("fold_views", fold_views,
+     "first: collapsed view chains give CSE one spelling per view and expose identities"),
+    ("constant_fold", constant_fold,
+     "before CSE so that equal folded constants merge; needs no CSE itself"),
+    ("cse", cse,
+     "after folding, when equal computations are spelled alike"),
+    ("dce", dce,
+     "last: drops what folding and CSE left without users"),
+)
+
+
+def canonicalize(g: Graph, *, verify: bool = False,
+                 dump: Callable[[str, Graph], None] | None = None) -> Graph:
+    """Run every pass of PIPELINE in order.
+
+    verify: check the graph with `ir.verify.verify` before the first pass and
+    after each one. dump: called as dump(pass_name, graph) after each pass.
+    """
+    check = None
+    if verify:
+        from ..ir.verify import verify as check  # lazy: the verifier is a debug tool
+        check(g)
+    for name, run, _reason in PIPELINE:
+        before = len(g)
+        g = run(g)
+        log.debug("pass %s: %d -> %d nodes", name, before, len(g))
+        if check is not None:
+            check(g)
+        if dump is not None:
+            dump(name, g)
+    return g
