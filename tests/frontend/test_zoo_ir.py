@@ -1,0 +1,50 @@
+"""Every graph the zoo produces verifies, and its text form round-trips."""
+import contextlib
+import os
+
+import pytest
+import torch
+
+import fusionstitch
+from bench import workloads as W
+from fusionstitch.ir.text import parse, print_graph
+from fusionstitch.ir.verify import verify
+
+
+def zoo_graphs(name: str):
+    inst = W.make(name, "small")
+    with torch.no_grad() if inst.workload.mode == "inference" else contextlib.nullcontext():
+        rep = fusionstitch.explain(inst.fn, *inst.args, strategy="none")
+    return [g.plan.graph for g in rep.graphs]
+
+
+@pytest.fixture(autouse=True)
+def _strict(monkeypatch):
+    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
+    monkeypatch.setenv("FUSIONSTITCH_VERIFY", "1")  # verifier between every pass
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name", W.names())
+def test_zoo_graphs_verify_and_round_trip(name):
+    graphs = zoo_graphs(name)
+    assert graphs
+    for g in graphs:
+        verify(g)
+        assert parse(print_graph(g)) == g
+
+
+def test_debug_dir_has_numbered_per_pass_dumps(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSIONSTITCH_DEBUG_DIR", str(tmp_path))
+    lin = torch.nn.Linear(4, 4)
+    f = torch.compile(lambda x: torch.relu(lin(x)).sum(), backend="fusionstitch")
+    f(torch.randn(2, 4)).backward()
+    folders = sorted(os.listdir(tmp_path))
+    assert any(d.startswith("forward") for d in folders)
+    assert any(d.startswith("backward") for d in folders)
+    files = sorted(os.listdir(tmp_path / folders[0]))
+    assert files[0] == "01_frontend.txt"
+    assert any(f.endswith("_dce.txt") for f in files)
+    assert files[-1].endswith("_plan.txt")
+    # the frontend dump is valid IR text
+    parse((tmp_path / folders[0] / files[0]).read_text())

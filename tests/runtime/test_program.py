@@ -1,0 +1,39 @@
+"""Program: runs a plan group by group, counts launches, keeps eager semantics."""
+import torch
+
+import fusionstitch
+from fusionstitch.frontend.build import GraphBuilder
+from fusionstitch.fusion.plan import plan_none
+from fusionstitch.runtime.program import Program
+
+
+def test_program_runs_counts_and_returns_views():
+    b = GraphBuilder("g")
+    x = b.param((4, 8))
+    c = b.constant(torch.full((8,), 2.0))
+    m = b.op("mul.Tensor", x, c)
+    t = b.op("permute.default", x, (1, 0))
+    mx = b.op("max.dim", m, 1)
+    vals = b.getitem(mx, 0)
+    g = b.build(vals, t, None, 3)
+    prog = Program(plan_none(g))
+    inp = torch.randn(4, 8)
+    fusionstitch.reset_stats()
+    out = prog([inp])
+    assert torch.equal(out[0], (inp * 2).max(1).values)
+    assert out[1]._base is inp, "a view output stays a real view (AOTAutograd relies on it)"
+    assert out[2] is None and out[3] == 3
+    assert fusionstitch.stats()["kernels_launched"] == prog.num_kernels == 2
+    assert not inp.requires_grad
+
+
+def test_program_drops_dead_intermediates():
+    b = GraphBuilder("g")
+    x = b.param((16,))
+    a = b.op("exp.default", x)
+    bb = b.op("neg.default", a)
+    c = b.op("sin.default", bb)
+    prog = Program(plan_none(b.build(c)))
+    # each intermediate is freed right after its last reader
+    freed = {slot for _, ops in prog.steps for *_, dead in ops for slot in dead}
+    assert freed == {1, 2}
