@@ -14,6 +14,9 @@ from ..ir.graph import CONSTANT, PARAMETER, Graph, Node
 from ..ir.ops import Category, lookup
 
 KERNEL, LIBRARY, FREE = "kernel", "library", "free"
+# Dot ops a planner may compose into a generated kernel (small batched GEMMs, block
+# composition); alone they are library calls.
+FUSIBLE_DOTS = frozenset({"bmm.default"})
 
 
 def node_kind(node: Node) -> str:
@@ -87,3 +90,69 @@ def plan_none(graph: Graph) -> FusionPlan:
         if not is_input(node):
             groups.append(Group(len(groups), (node.name,), node_kind(node)))
     return FusionPlan(graph, tuple(groups), "none")
+
+
+def plan_from_groups(graph: Graph, groups, strategy: str, compose=None) -> FusionPlan:
+    """A FusionPlan from disjoint node sets; uncovered ops become singleton groups.
+
+    Groups are put in dependency order (ties broken by their first node's
+    position, so plans are deterministic). `compose(graph, names)` labels
+    multi-op kernel groups (default: "fused"). Raises ValueError on a cycle.
+    """
+    position = {n.name: i for i, n in enumerate(graph.nodes)}
+    owner: dict[str, int] = {}
+    members: list[list[str]] = []
+    for g in groups:
+        names = sorted(set(g), key=position.__getitem__)
+        if not names:
+            continue
+        for n in names:
+            if n in owner:
+                raise ValueError(f"plan: %{n} is in two groups")
+            owner[n] = len(members)
+        members.append(names)
+    for node in graph.nodes:
+        if not is_input(node) and node.name not in owner:
+            owner[node.name] = len(members)
+            members.append([node.name])
+    # dependency order of groups (Kahn, smallest first position first)
+    succ: list[set[int]] = [set() for _ in members]
+    indeg = [0] * len(members)
+    for gi, names in enumerate(members):
+        for n in names:
+            for i in graph[n].inputs:
+                src = owner.get(i)
+                if src is not None and src != gi and gi not in succ[src]:
+                    succ[src].add(gi)
+                    indeg[gi] += 1
+    import heapq
+    ready = [(position[m[0]], gi) for gi, m in enumerate(members) if indeg[gi] == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        _, gi = heapq.heappop(ready)
+        order.append(gi)
+        for s in succ[gi]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(ready, (position[members[s][0]], s))
+    if len(order) != len(members):
+        raise ValueError("plan: the groups form a cycle")
+    out = []
+    for gi in order:
+        names = tuple(members[gi])
+        kinds = {node_kind(graph[n]) for n in names}
+        if LIBRARY in kinds and len(names) == 1:
+            kind = LIBRARY
+        elif LIBRARY in kinds and any(node_kind(graph[n]) == LIBRARY
+                                      and graph[n].op not in FUSIBLE_DOTS for n in names):
+            raise ValueError(f"plan: a library call is fused with other ops: {names}")
+        elif kinds == {FREE}:
+            kind = FREE
+        else:
+            kind = KERNEL
+        comp = "single"
+        if kind == KERNEL and len(names) > 1:
+            comp = compose(graph, names) if compose else "fused"
+        out.append(Group(len(out), names, kind, comp))
+    return FusionPlan(graph, tuple(out), strategy)

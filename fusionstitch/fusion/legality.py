@@ -1,0 +1,89 @@
+"""Legality of fusion decisions, each with its reason (XLA's FusionDecision).
+
+Legality says only whether a group *can* be one kernel; profitability is the
+cost model's business and choosing among groups the planner's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..analysis.reach import Reachability
+from ..ir.graph import CONSTANT, PARAMETER, Graph, Node
+from ..ir.ops import Category, lookup
+from ..schedule.propagate import SIMPLE_REDUCTIONS, Inconsistent, group_spaces
+
+# Ops that write data-dependent positions (scatter-like): each runs as its own kernel,
+# since fusing them needs atomics or a second pass the code generators do not have.
+SCATTER_OPS = frozenset({
+    "scatter.src", "scatter.value", "scatter_add.default", "scatter_reduce.two",
+    "index_put.default", "index_add.default", "_unsafe_index_put.default",
+    "embedding_dense_backward.default", "as_strided_scatter.default",
+})
+# Largest per-batch GEMM tile (m, n and k) fused with block composition: a tile of
+# this size (3 x 64 x 64 fp32 = 48 KiB) fits one block's shared memory on the GPU.
+MAX_FUSED_BATCHED_GEMM_DIM = 64
+
+
+@dataclass(frozen=True)
+class Decision:
+    ok: bool
+    reason: str = ""
+
+    @staticmethod
+    def allow() -> "Decision":
+        return Decision(True)
+
+    @staticmethod
+    def forbid(reason: str) -> "Decision":
+        return Decision(False, reason)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def fusible(graph: Graph, node: Node, *, batched_gemms: bool = False) -> Decision:
+    """Can this op be part of a generated kernel at all?"""
+    if node.op in (PARAMETER, CONSTANT):
+        return Decision.forbid(f"%{node.name} is an input of the plan, not an op")
+    d = lookup(node.op)
+    if d.fallback:
+        return Decision.forbid(f"{node.op} has no lowering; it runs through torch")
+    if d.random:
+        return Decision.forbid(f"{node.op} draws random numbers; it runs through torch to "
+                               "keep eager's RNG stream")
+    if node.op in SCATTER_OPS:
+        return Decision.forbid(f"{node.op} scatters to data-dependent positions")
+    if d.category == Category.DOT:
+        if batched_gemms and node.op == "bmm.default" and small_batched_gemm(graph, node):
+            return Decision.allow()
+        return Decision.forbid(f"{node.op} is a library call (GEMM); never fused into a "
+                               "generated kernel")
+    if d.category == Category.LIBRARY:
+        return Decision.forbid(f"{node.op} is a library call; never fused")
+    if d.category == Category.REDUCE and node.op not in SIMPLE_REDUCTIONS:
+        return Decision.forbid(f"{node.op} is a composite reduction kept whole")
+    return Decision.allow()
+
+
+def small_batched_gemm(graph: Graph, node: Node) -> bool:
+    a = graph[node.args[0].name].type.shape
+    b = graph[node.args[1].name].type.shape
+    return max(a[1], a[2], b[2]) <= MAX_FUSED_BATCHED_GEMM_DIM
+
+
+def check_group(graph: Graph, names, reach: Reachability, *,
+                batched_gemms: bool = False) -> Decision:
+    """Can these nodes be one kernel: all fusible, no cycle, one consistent schedule."""
+    names = list(names)
+    for n in names:
+        d = fusible(graph, graph[n], batched_gemms=batched_gemms)
+        if not d:
+            return d
+    if reach.creates_cycle(names):
+        return Decision.forbid("grouping would create a cycle (a path leaves the group "
+                               "and re-enters it)")
+    try:
+        group_spaces(graph, names)
+    except Inconsistent as e:
+        return Decision.forbid(f"no consistent schedule: {e}")
+    return Decision.allow()

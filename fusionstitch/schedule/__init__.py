@@ -1,0 +1,1 @@
+"""Schedules: which kernel schedule covers a group (consistency), and its composition."""
