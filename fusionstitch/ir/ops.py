@@ -13,6 +13,7 @@ the frontend logs once and counts in `stats()["fallbacks"]`.
 from __future__ import annotations
 
 import enum
+import importlib
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
@@ -185,10 +186,15 @@ def resolve_overload(name: str) -> Callable:
         ns, packet, overload = parts
     else:
         raise KeyError(f"malformed op name {name!r}: expected 'op.overload' or 'ns.op.overload'")
-    try:
-        return getattr(getattr(getattr(torch.ops, ns), packet), overload)
-    except (AttributeError, RuntimeError):
-        raise KeyError(f"unknown op {name!r}: no torch.ops.{ns}.{packet}.{overload}") from None
+    for attempt in range(2):
+        try:
+            return getattr(getattr(getattr(torch.ops, ns), packet), overload)
+        except (AttributeError, RuntimeError):
+            if attempt == 0 and ns == "prims":
+                # some prims (e.g. prims.fma, which decompositions emit) are registered
+                # by Inductor's module of extra prims, imported on demand
+                importlib.import_module("torch._inductor.inductor_prims")
+    raise KeyError(f"unknown op {name!r}: no torch.ops.{ns}.{packet}.{overload}")
 
 
 def lookup(name: str) -> OpDef:
