@@ -23,7 +23,7 @@ def _bytes(t) -> int:
 
 def group_bytes(graph: Graph, nodes: tuple[str, ...]) -> int:
     inside = set(nodes)
-    outputs = {r.name for r in graph.output_refs}
+    outputs = graph.output_names
     read = {i for n in nodes for i in graph[n].inputs if i not in inside}
     written = {n for n in nodes
                if n in outputs or any(u not in inside for u in graph.users[n])}

@@ -8,9 +8,21 @@ from .plan import FREE, KERNEL, LIBRARY, FusionPlan, Group, plan_none
 
 log = logging.getLogger("fusionstitch.fusion")
 
-# Strategy name -> planner(graph, target) -> FusionPlan. `xla` and `stitch` are
-# registered by their modules as they land (issue 3); until then they plan as `none`.
+# Strategy name -> planner(graph, target) -> FusionPlan.
 PLANNERS = {"none": lambda graph, target: plan_none(graph)}
+
+
+def _register_planners() -> None:
+    from .stitch import plan_stitch
+    PLANNERS["stitch"] = plan_stitch
+    try:
+        from .xla import plan_xla
+    except ImportError:  # the baseline lands separately; until then it plans as `none`
+        return
+    PLANNERS["xla"] = plan_xla
+
+
+_register_planners()
 _warned: set[str] = set()
 
 

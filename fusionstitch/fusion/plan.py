@@ -48,6 +48,11 @@ class FusionPlan:
     graph: Graph
     groups: tuple[Group, ...]
     strategy: str
+    stages: tuple[tuple[str, float], ...] = ()   # planning seconds per stage
+
+    def with_stages(self, stages: dict[str, float]) -> "FusionPlan":
+        from dataclasses import replace
+        return replace(self, stages=tuple(stages.items()))
 
     @property
     def num_kernels(self) -> int:

@@ -34,6 +34,7 @@ DTYPES: dict[str, torch.dtype] = {
 }
 DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
 FLOAT_DTYPES = frozenset({"f64", "f32", "f16", "bf16"})
+ITEMSIZE: dict[str, int] = {k: v.itemsize for k, v in DTYPES.items()}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -71,7 +72,7 @@ class TensorType:
 
     @property
     def itemsize(self) -> int:
-        return torch.empty((), dtype=self.torch_dtype).element_size()
+        return ITEMSIZE[self.dtype]
 
     @property
     def nbytes(self) -> int:
@@ -273,9 +274,13 @@ class Graph:
         """Every node that is not a parameter."""
         return tuple(n for n in self.nodes if n.op != PARAMETER)
 
-    @property
+    @cached_property
     def output_refs(self) -> tuple[Ref, ...]:
         return tuple(o for o in self.outputs if isinstance(o, Ref))
+
+    @cached_property
+    def output_names(self) -> frozenset[str]:
+        return frozenset(o.name for o in self.outputs if isinstance(o, Ref))
 
     @cached_property
     def users(self) -> dict[str, tuple[str, ...]]:

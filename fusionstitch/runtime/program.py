@@ -59,10 +59,13 @@ class Program:
         # constants are materialised once, on the program's device
         self.constants = [(slot_of[n.name], n.kwarg("value").value.to(self.device))
                           for n in graph.nodes if n.op == CONSTANT]
+        # last readers in *execution* order (groups may run ops in another order than
+        # the graph lists them)
         last_use: dict[str, str] = {}
-        for n in graph.nodes:
-            for i in n.inputs:
-                last_use[i] = n.name
+        for g in plan.groups:
+            for name in g.nodes:
+                for i in graph[name].inputs:
+                    last_use[i] = name
         keep = {r.name for r in graph.output_refs} | {n.name for n in graph.params}
         dead_after: dict[str, list[int]] = {}
         for value, user in last_use.items():

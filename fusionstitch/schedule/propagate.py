@@ -70,11 +70,13 @@ def _reduced_dims(graph: Graph, node: Node) -> tuple[tuple[int, ...], tuple[int,
     shape = src.shape
     if node.op in _FULL_REDUCTIONS:
         return shape, tuple(range(len(shape)))
-    dims = node.args[1] if len(node.args) > 1 else node.kwarg("dim")
-    if dims is None:
-        return shape, tuple(range(len(shape)))
+    # linalg_vector_norm(self, ord, dim, ...) puts its dims after `ord`
+    at = 2 if node.op == "linalg_vector_norm.default" else 1
+    dims = node.args[at] if len(node.args) > at else node.kwarg("dim")
     if isinstance(dims, int):
         dims = (dims,)
+    if not dims:  # None or [] reduce every dim (aten's convention)
+        return shape, tuple(range(len(shape)))
     rank = max(len(shape), 1)
     return shape, tuple(sorted({d % rank for d in dims}))
 
@@ -188,7 +190,7 @@ def components(graph: Graph, names) -> list[list[str]]:
 def escaping_values(graph: Graph, names) -> set[str]:
     """Members whose values are read outside the group or returned."""
     inside = set(names)
-    outputs = {r.name for r in graph.output_refs}
+    outputs = graph.output_names
     return {n for n in inside
             if n in outputs or any(u not in inside for u in graph.users[n])}
 

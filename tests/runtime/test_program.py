@@ -37,3 +37,18 @@ def test_program_drops_dead_intermediates():
     # each intermediate is freed right after its last reader
     freed = {slot for _, ops in prog.steps for *_, dead in ops for slot in dead}
     assert freed == {1, 2}
+
+
+def test_values_live_until_their_last_reader_in_execution_order():
+    """Fused groups may run ops in another order than the graph lists them."""
+    from fusionstitch.fusion.plan import plan_from_groups
+    b = GraphBuilder("g")
+    x = b.param((4,))
+    a = b.op("exp.default", x, name="a")
+    c = b.op("neg.default", x, name="c")      # listed before d, but grouped with d
+    d = b.op("mul.Tensor", a, c, name="d")
+    e = b.op("sin.default", a, name="e")      # a's last reader in graph order is e...
+    g = b.build(d, e)
+    plan = plan_from_groups(g, [["e"], ["c", "d"]], "test")
+    out = Program(plan)([torch.ones(4)])      # ...but d runs after e here
+    assert torch.allclose(out[0], -torch.ones(4) * torch.e)
