@@ -45,10 +45,12 @@ def test_values_live_until_their_last_reader_in_execution_order():
     b = GraphBuilder("g")
     x = b.param((4,))
     a = b.op("exp.default", x, name="a")
-    c = b.op("neg.default", x, name="c")      # listed before d, but grouped with d
-    d = b.op("mul.Tensor", a, c, name="d")
-    e = b.op("sin.default", a, name="e")      # a's last reader in graph order is e...
-    g = b.build(d, e)
-    plan = plan_from_groups(g, [["e"], ["c", "d"]], "test")
-    out = Program(plan)([torch.ones(4)])      # ...but d runs after e here
-    assert torch.allclose(out[0], -torch.ones(4) * torch.e)
+    c = b.op("neg.default", a, name="c")      # reads a; grouped with d, so runs after e
+    e = b.op("sin.default", a, name="e")      # a's last reader in graph order
+    d = b.op("mul.Tensor", c, e, name="d")
+    g = b.build(d)
+    plan = plan_from_groups(g, [["c", "d"], ["e"]], "test")
+    assert [grp.nodes for grp in plan.groups] == [("a",), ("e",), ("c", "d")]
+    out = Program(plan)([torch.ones(4)])
+    expected = -torch.ones(4).exp() * torch.ones(4).exp().sin()
+    assert torch.allclose(out[0], expected)
