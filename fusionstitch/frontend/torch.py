@@ -147,14 +147,7 @@ def _dumper(graph_name: str) -> Callable[[str, Any], None] | None:
 
 
 def _describe(obj: Any) -> str:
-    if isinstance(obj, FusionPlan):
-        lines = [f"plan {obj.strategy}: {obj.num_kernels} kernels, "
-                 f"{obj.num_library_calls} library calls"]
-        for g in obj.groups:
-            ops = ", ".join(f"%{n}={obj.graph[n].op}" for n in g.nodes)
-            lines.append(f"  group {g.id} [{g.kind}/{g.composition}]: {ops}")
-        return "\n".join(lines) + "\n"
-    return str(obj)
+    return obj.to_text() if isinstance(obj, FusionPlan) else str(obj)
 
 
 def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = False,

@@ -50,8 +50,13 @@ def greedy(patterns, scores, forbidden=()) -> list[int]:
 
 
 def solve(patterns: list[frozenset], scores: list[float], forbidden: list[frozenset] = (),
-          time_limit: float = DEFAULT_TIME_LIMIT_S) -> Solution:
-    """Choose disjoint patterns of maximal total score, avoiding each forbidden set."""
+          time_limit: float = DEFAULT_TIME_LIMIT_S,
+          at_least: tuple[list[float], float] | None = None) -> Solution:
+    """Choose disjoint patterns of maximal total score, avoiding each forbidden set.
+
+    `at_least=(weights, bound)` adds sum_p weights_p * x_p >= bound (a side
+    requirement such as "save at least this many bytes").
+    """
     n = len(patterns)
     if n == 0:
         return Solution((), 0.0, "highs", "empty")
@@ -80,7 +85,14 @@ def solve(patterns: list[frozenset], scores: list[float], forbidden: list[frozen
     # scale scores (seconds, ~1e-6) to O(1) so HiGHS's tolerances mean something
     c = np.asarray(scores, dtype=float)
     scale = 1.0 / max(np.abs(c).max(), 1e-30)
-    res = milp(-c * scale, constraints=LinearConstraint(a, -np.inf, np.array(upper)),
+    constraints = [LinearConstraint(a, -np.inf, np.array(upper))]
+    if at_least is not None:
+        w = np.asarray(at_least[0], dtype=float)
+        wscale = 1.0 / max(np.abs(w).max(), 1e-30)
+        # a hair of slack: the bound is met exactly by the baseline's own patterns
+        constraints.append(LinearConstraint(w[None, :] * wscale,
+                                            at_least[1] * wscale - 1e-7, np.inf))
+    res = milp(-c * scale, constraints=constraints,
                integrality=np.ones(n), bounds=Bounds(0, 1),
                options={"time_limit": time_limit, "disp": False})
     if res.x is None:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from ..analysis.reach import Reachability
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Node
 from ..ir.ops import Category, lookup
-from ..schedule.propagate import SIMPLE_REDUCTIONS, Inconsistent, group_spaces
+from ..schedule.propagate import (FUSIBLE_DOTS, SIMPLE_REDUCTIONS, Inconsistent, dot_dims,
+                                  group_spaces)
 
 # Ops that write data-dependent positions (scatter-like): each runs as its own kernel,
 # since fusing them needs atomics or a second pass the code generators do not have.
@@ -19,9 +20,11 @@ SCATTER_OPS = frozenset({
     "index_put.default", "index_add.default", "_unsafe_index_put.default",
     "embedding_dense_backward.default", "as_strided_scatter.default",
 })
-# Largest per-batch GEMM tile (m, n and k) fused with block composition: a tile of
-# this size (3 x 64 x 64 fp32 = 48 KiB) fits one block's shared memory on the GPU.
-MAX_FUSED_BATCHED_GEMM_DIM = 64
+# Largest GEMM tile (m, n and k, per batch entry) fused with block composition: a tile
+# of this size (3 x 64 x 64 fp32 = 48 KiB) fits one block's shared memory on the GPU,
+# where a vendor GEMM would be launch-bound anyway. Larger GEMMs stay library calls
+# (the 2019 paper's "large gemm" partition ops).
+MAX_FUSED_GEMM_DIM = 64
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ def fusible(graph: Graph, node: Node, *, batched_gemms: bool = False) -> Decisio
     if node.op in SCATTER_OPS:
         return Decision.forbid(f"{node.op} scatters to data-dependent positions")
     if d.category == Category.DOT:
-        if batched_gemms and node.op == "bmm.default" and small_batched_gemm(graph, node):
+        if batched_gemms and node.op in FUSIBLE_DOTS and small_gemm(graph, node):
             return Decision.allow()
         return Decision.forbid(f"{node.op} is a library call (GEMM); never fused into a "
                                "generated kernel")
@@ -65,17 +68,19 @@ def fusible(graph: Graph, node: Node, *, batched_gemms: bool = False) -> Decisio
     return Decision.allow()
 
 
-def small_batched_gemm(graph: Graph, node: Node) -> bool:
-    a = graph[node.args[0].name].type.shape
-    b = graph[node.args[1].name].type.shape
-    return max(a[1], a[2], b[2]) <= MAX_FUSED_BATCHED_GEMM_DIM
+def small_gemm(graph: Graph, node: Node) -> bool:
+    _, m, n, k = dot_dims(graph, node)
+    return max(m, n, k) <= MAX_FUSED_GEMM_DIM
 
 
 def check_group(graph: Graph, names, reach: Reachability, *,
-                batched_gemms: bool = False) -> Decision:
-    """Can these nodes be one kernel: all fusible, no cycle, one consistent schedule."""
+                batched_gemms: bool = False, assume_fusible: bool = False) -> Decision:
+    """Can these nodes be one kernel: all fusible, no cycle, one consistent schedule.
+
+    `assume_fusible` skips the per-op check for callers that already made it.
+    """
     names = list(names)
-    for n in names:
+    for n in () if assume_fusible else names:
         d = fusible(graph, graph[n], batched_gemms=batched_gemms)
         if not d:
             return d

@@ -4,6 +4,8 @@
   partition ops of the topological order into one pattern, for a growing set
   of partition ops (unfusible ops, then batched GEMMs, column reductions,
   scalar reductions, row reductions);
+- neighbour merges: substitution pieces joined by a data edge across a
+  partition op (what XLA's producer-consumer fusion reaches);
 - exploratory fusion (Algorithm 2): bounded recursive producer/consumer
   expansion from seeds with large tensors;
 - kernel packing: independent ops of one span layer, grouped by schedule
@@ -20,16 +22,17 @@ from collections.abc import Iterator
 from ..analysis.reach import Reachability
 from ..analysis.span import span_of
 from ..ir.graph import Graph
-from ..schedule.propagate import (BATCHED_DOTS, SIMPLE_REDUCTIONS, Inconsistent,
+from ..schedule.propagate import (FUSIBLE_DOTS, SIMPLE_REDUCTIONS, Inconsistent,
                                   component_space, components, reduction_space)
 from .legality import Decision, check_group, fusible
 from .plan import KERNEL, is_input, node_kind
 
 log = logging.getLogger("fusionstitch.fusion")
 
-# Largest pattern: generated kernels of more ops compile slowly (Triton and C++
-# compile time grows faster than linearly) and spill registers.
-MAX_PATTERN_OPS = 256
+# Largest pattern: past a few thousand ops a generated kernel compiles slowly (Triton and
+# C++ compile time grows faster than linearly); below that, splitting a chain costs a
+# round trip of its live values through memory (cartpole's 2,300-op loop body).
+MAX_PATTERN_OPS = 4096
 # Exploratory fusion: seeds are the fusible ops with the largest outputs (the paper's
 # "large input/output tensors"), expanded at most this deep, with at most this many
 # patterns per seed (the paper gives up exploring when it takes long).
@@ -38,9 +41,10 @@ EXPLORE_DEPTH = 4
 EXPLORE_PATTERNS_PER_SEED = 48
 # The paper skips seeds with many operands since expansion explores their subsets.
 EXPLORE_MAX_OPERANDS = 10
-# Kernel packing: total bytes a packed launch may touch (keeps one launch's working
-# set and its block-range table small); and at most this many ops per packed launch.
-PACK_MAX_BYTES = 64 << 20
+# Kernel packing: total bytes one packed launch may touch. Past ~256 MiB a launch is
+# bandwidth-bound for > 80 us on any device we target, so the launch latency packing
+# saves (a few us) is noise; staying below keeps each packed kernel's tail short.
+PACK_MAX_BYTES = 256 << 20
 PACK_MAX_OPS = MAX_PATTERN_OPS
 
 
@@ -59,14 +63,22 @@ class Legality:
         key = frozenset(names)
         d = self.memo.get(key)
         if d is None:
-            d = self.memo[key] = check_group(self.graph, key, self.reach,
-                                             batched_gemms=self.batched_gemms)
+            outside = next((n for n in key if n not in self.fusible), None)
+            if outside is not None:
+                d = fusible(self.graph, self.graph[outside], batched_gemms=self.batched_gemms)
+            else:
+                d = check_group(self.graph, key, self.reach, batched_gemms=self.batched_gemms,
+                                assume_fusible=True)
+            self.memo[key] = d
+            if not d and log.isEnabledFor(logging.DEBUG):
+                log.debug("rejected pattern of %d ops (%s): %s", len(key),
+                          " ".join(sorted(key)[:6]), d.reason)
         return d
 
 
 def _reduction_kind(graph: Graph, name: str) -> str | None:
     node = graph[name]
-    if node.op in BATCHED_DOTS:
+    if node.op in FUSIBLE_DOTS:
         return "batched_gemm"
     if node.op not in SIMPLE_REDUCTIONS:
         return None
@@ -92,20 +104,26 @@ def _split_legal(leg: Legality, names: list[str]) -> list[list[str]]:
         if len(comp) <= MAX_PATTERN_OPS and leg.check(comp):
             pieces.append(comp)
             continue
-        run: list[str] = []
-        for n in comp:
-            if run and len(run) < MAX_PATTERN_OPS and leg.check(run + [n]):
-                run.append(n)
-            else:
-                if run:
-                    pieces.append(run)
-                run = [n]
-        if run:
+        # grow each run by galloping (double the step while legal, halve on failure):
+        # O(log n) checks per piece instead of one per op
+        i = 0
+        while i < len(comp):
+            run, i, step = [comp[i]], i + 1, 1
+            while i < len(comp) and len(run) < MAX_PATTERN_OPS:
+                take = comp[i:i + min(step, MAX_PATTERN_OPS - len(run))]
+                if leg.check(run + take):
+                    run += take
+                    i += len(take)
+                    step *= 2
+                elif step > 1:
+                    step //= 2
+                else:
+                    break
             pieces.append(run)
     return pieces
 
 
-def substitution_patterns(leg: Legality) -> Iterator[frozenset]:
+def substitution_patterns(leg: Legality, packing: bool = True) -> Iterator[frozenset]:
     graph = leg.graph
     order = [n.name for n in graph.nodes if not is_input(n)]
     kinds = {n: _reduction_kind(graph, n) for n in order}
@@ -126,15 +144,46 @@ def substitution_patterns(leg: Legality) -> Iterator[frozenset]:
             segment.append(n)
         if segment:
             segments.append(segment)
+        round_pieces: list[list[str]] = []
         for seg in segments:
             pieces = _split_legal(leg, seg)
+            round_pieces.extend(pieces)
             for p in pieces:
                 if len(p) > 1:
                     yield frozenset(p)
             # independent legal pieces of one segment may also share a launch
             packable = [p for p in pieces if len(p) > 1 or node_kind(graph[p[0]]) == KERNEL]
-            if len(packable) > 1:
+            if packing and len(packable) > 1:
                 yield from _pack(leg, packable)
+        if step is None:
+            yield from neighbour_merges(leg, round_pieces)
+
+
+def neighbour_merges(leg: Legality, pieces: list[list[str]]) -> Iterator[frozenset]:
+    """Pieces joined by a data edge across a partition op, merged pairwise.
+
+    Substitution fusion cuts the topological order at partition ops, so a
+    producer and its consumer that sit on either side of an unrelated GEMM land
+    in different segments (a gradient chain and its bias-gradient column sum).
+    XLA's producer-consumer fusion does join them; these candidates let the ILP
+    choose that too.
+    """
+    owner = {n: i for i, p in enumerate(pieces) for n in p}
+    seen: set = set()
+    for i, p in enumerate(pieces):
+        for n in p:
+            for u in leg.graph.users[n]:
+                j = owner.get(u)
+                if j is None or j == i:
+                    continue
+                # the whole consumer piece, or just the consumer op (its piece may hold
+                # ops that do not fit, e.g. other gradients' sums)
+                for key, merged in (((i, j), p + pieces[j]), ((i, u), p + [u])):
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    if len(merged) <= MAX_PATTERN_OPS and leg.check(merged):
+                        yield frozenset(merged)
 
 
 def _pack(leg: Legality, pieces: list[list[str]]) -> Iterator[frozenset]:
@@ -211,11 +260,12 @@ def packing_patterns(leg: Legality) -> Iterator[frozenset]:
             yield from _pack(leg, [[o] for o in ops])
 
 
-def candidate_patterns(leg: Legality) -> list[frozenset]:
+def candidate_patterns(leg: Legality, packing: bool = True) -> list[frozenset]:
     """All candidates, deduplicated, in a deterministic order."""
     out: dict[frozenset, None] = {}
-    for gen in (substitution_patterns, exploratory_patterns, packing_patterns):
-        for p in gen(leg):
+    gens = (substitution_patterns, exploratory_patterns) + ((packing_patterns,) if packing else ())
+    for gen in gens:
+        for p in (gen(leg, packing) if gen is substitution_patterns else gen(leg)):
             if len(p) > 1:
                 out.setdefault(p, None)
     return list(out)

@@ -16,7 +16,7 @@ from ..ir.ops import Category, lookup
 KERNEL, LIBRARY, FREE = "kernel", "library", "free"
 # Dot ops a planner may compose into a generated kernel (small batched GEMMs, block
 # composition); alone they are library calls.
-FUSIBLE_DOTS = frozenset({"bmm.default"})
+FUSIBLE_DOTS = frozenset({"bmm.default", "mm.default", "addmm.default"})
 
 
 def node_kind(node: Node) -> str:
@@ -66,6 +66,28 @@ class FusionPlan:
     def num_fallback_calls(self) -> int:
         return sum(1 for g in self.groups if g.kind == LIBRARY
                    and any(lookup(self.graph[n].op).fallback for n in g.nodes))
+
+    def to_text(self) -> str:
+        """Deterministic, readable text of the plan (dumps, golden tests)."""
+        from ..schedule.propagate import Inconsistent, group_spaces
+        lines = [f"plan {self.strategy} for {self.graph.name}: {self.num_kernels} kernels, "
+                 f"{self.num_library_calls} library calls"]
+        for g in self.groups:
+            space = ""
+            if g.kind == KERNEL:
+                try:
+                    space = " " + ",".join(str(s) for s in group_spaces(self.graph, g.nodes))
+                except Inconsistent:
+                    space = " ?"
+            ops = " ".join(f"%{n}={self.graph[n].op}" for n in g.nodes)
+            lines.append(f"  #{g.id} {g.kind}/{g.composition}{space}: {ops}")
+        return "\n".join(lines) + "\n"
+
+    def group_of(self, name: str) -> Group | None:
+        for g in self.groups:
+            if name in g.nodes:
+                return g
+        return None
 
     def validate(self) -> None:
         """Disjoint, covering, groups in dependency order (so acyclic)."""

@@ -1,14 +1,22 @@
 """Strategy `stitch`: the FusionStitching planner (2019 §4).
 
-1. candidates: substitution, exploratory and packing patterns (patterns.py),
-   each legal on its own;
+1. candidates: substitution and exploratory patterns (patterns.py), each legal
+   on its own. Kernel packing is its own stage after the ILP (step 4): packing
+   candidates inside the ILP pre-empt vertical fusions that save bytes (a packed
+   pair of reductions blocks each reduction's producer fusion), while packing
+   the chosen groups span layer by span layer gets the same launches saved;
 2. scores (model-based, §4.3): time saved = M(V) + (N - 1)·φ, where V is the
    off-chip traffic no longer moved and N the launches merged; non-positive
    scores are dropped. `score_hook` lets an execution-based score replace it;
 3. ILP (ilp.py): disjoint patterns of maximal total score; after each solve the
    fused graph is checked for cycles and each cycle found becomes a constraint
-   ("not all of these patterns together"), until the plan is acyclic;
-4. the chosen patterns become groups, each labelled with its composition.
+   ("not all of these patterns together"), until the plan is acyclic. The xla
+   baseline's groups are candidates too, with the side constraint that the
+   chosen patterns save at least the bytes the baseline saves: stitch never
+   moves more traffic than the plan it must beat, and saves launches within that;
+4. kernel packing: independent chosen groups of one span layer of the fused
+   graph, bucketed by schedule kind, share launches (pack_layers);
+5. the groups become the plan, each labelled with its composition.
 
 Planning time per stage is kept in the plan's `stages` (seconds).
 """
@@ -23,6 +31,7 @@ from ..analysis.cost import DeviceSpec, device_spec, group_bytes
 from ..analysis.reach import group_cycle
 from ..ir.graph import Graph
 from ..schedule.compose import composition
+from ..schedule.propagate import group_spaces
 from . import ilp
 from .patterns import Legality, candidate_patterns
 from .plan import FREE, LIBRARY, KERNEL, FusionPlan, is_input, node_kind, plan_from_groups
@@ -57,12 +66,31 @@ class ModelScore:
             self.alone[node.name] = 0 if kind == FREE else group_bytes(graph, (node.name,))
             self.launches[node.name] = 1 if kind in (KERNEL, LIBRARY) else 0
 
+    def saved_bytes(self, graph: Graph, pattern: frozenset) -> int:
+        return sum(self.alone[m] for m in pattern) - group_bytes(graph, tuple(pattern))
+
     def __call__(self, graph: Graph, pattern: frozenset, device: DeviceSpec) -> float:
         n = sum(self.launches[m] for m in pattern)
         if n == 0:
             return 0.0
-        saved = sum(self.alone[m] for m in pattern) - group_bytes(graph, tuple(pattern))
-        return device.memory_time(saved) + (n - 1) * device.launch_latency.value
+        return (device.memory_time(self.saved_bytes(graph, pattern))
+                + (n - 1) * device.launch_latency.value)
+
+
+def _baseline_groups(graph: Graph, target: str, leg) -> list[frozenset]:
+    """The xla baseline's multi-op groups: candidates, and the traffic to match.
+
+    Seeding the ILP with the baseline's own groups makes "move no more bytes than
+    the baseline" always satisfiable; the ILP then saves as much time as it can
+    within that traffic.
+    """
+    from . import PLANNERS
+    xla = PLANNERS.get("xla")
+    if xla is None:
+        return []
+    plan = xla(graph, target)
+    return [frozenset(g.nodes) for g in plan.groups
+            if g.kind == KERNEL and len(g.nodes) > 1 and leg.check(g.nodes)]
 
 
 def _find_cycle(graph: Graph, groups: list[frozenset]) -> list[int] | None:
@@ -96,33 +124,47 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
     stages: dict[str, float] = {}
     t = time.perf_counter()
     leg = Legality(graph, batched_gemms=True)
-    candidates = candidate_patterns(leg)
+    candidates = candidate_patterns(leg, packing=False)
     stages["candidates"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    baseline = _baseline_groups(graph, target, leg)
+    candidates = list(dict.fromkeys(candidates + baseline))
+    stages["baseline"] = time.perf_counter() - t
+
+    t = time.perf_counter()
     device = device_spec(target)
-    score = score_hook or ModelScore(graph, device)
+    model = ModelScore(graph, device)
+    score = score_hook or model
     scored = [(p, score(graph, p, device)) for p in candidates]
-    patterns = [p for p, s in scored if s > 0]
-    scores = [s for p, s in scored if s > 0]
+    keep = [i for i, (p, s) in enumerate(scored) if s > 0 or p in baseline]
+    patterns = [scored[i][0] for i in keep]
+    scores = [max(scored[i][1], 1e-12) for i in keep]
+    # never move more bytes than the baseline: its groups are candidates, so this holds
+    saved = [model.saved_bytes(graph, p) for p in patterns]
+    need = sum(model.saved_bytes(graph, p) for p in baseline)
     stages["scores"] = time.perf_counter() - t
 
     t = time.perf_counter()
     forbidden: list[frozenset] = []
     chosen: list[int] = []
-    for round_ in range(MAX_CYCLE_ROUNDS + 1):
-        sol = ilp.solve(patterns, scores, forbidden, time_limit)
+    for _ in range(MAX_CYCLE_ROUNDS):
+        sol = ilp.solve(patterns, scores, forbidden, time_limit,
+                        at_least=(saved, need) if need > 0 else None)
         chosen = list(sol.chosen)
         cycle = _find_cycle(graph, [patterns[i] for i in chosen])
         if cycle is None:
             break
         bad = frozenset(chosen[g] for g in cycle)
         log.info("stitch: chosen patterns %s form a cycle; adding a constraint", sorted(bad))
-        if round_ == MAX_CYCLE_ROUNDS:
-            chosen = [c for c in chosen if c not in bad]
-            log.warning("stitch: cycles remain after %d rounds; dropping %d patterns",
-                        MAX_CYCLE_ROUNDS, len(bad))
         forbidden.append(bad)
+    else:
+        # out of rounds: drop the patterns of every remaining cycle until none is left
+        while (cycle := _find_cycle(graph, [patterns[i] for i in chosen])) is not None:
+            bad = {chosen[g] for g in cycle}
+            log.warning("stitch: cycles remain after %d ILP rounds; dropping patterns %s",
+                        MAX_CYCLE_ROUNDS, sorted(bad))
+            chosen = [c for c in chosen if c not in bad]
     stages["ilp"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -130,9 +172,84 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
     limit = fuel()
     if limit is not None:
         groups = groups[:limit]
+    else:
+        groups = pack_layers(graph, groups, leg)
+    stages["packing"] = time.perf_counter() - t
+    t = time.perf_counter()
     plan = plan_from_groups(graph, groups, "stitch", compose=composition)
     stages["plan"] = time.perf_counter() - t
     log.info("stitch: %d candidates, %d scored > 0, %d chosen (%s, %d cycle constraints), "
              "%d kernels", len(candidates), len(patterns), len(chosen), sol.method,
              len(forbidden), plan.num_kernels)
     return plan.with_stages(stages)
+
+
+def pack_layers(graph: Graph, groups: list[frozenset], leg) -> list[frozenset]:
+    """Kernel packing of the chosen groups, span layer by span layer (2018 §3.3).
+
+    In the fused graph, a group's span is its distance to the end; groups of one
+    span layer have no path between them, and edges only go from higher to lower
+    spans, so merging the kernel groups of each layer keeps the plan acyclic.
+    Each layer's kernels are packed into launches within the footprint limits.
+    """
+    from .patterns import PACK_MAX_BYTES, PACK_MAX_OPS
+    owner: dict[str, int] = {}
+    units: list[list[str]] = []
+    for g in groups:
+        for n in g:
+            owner[n] = len(units)
+        units.append(sorted(g))
+    for node in graph.nodes:
+        if not is_input(node) and node.name not in owner:
+            owner[node.name] = len(units)
+            units.append([node.name])
+    succ: list[set[int]] = [set() for _ in units]
+    for node in graph.nodes:
+        dst = owner.get(node.name)
+        for i in node.inputs:
+            src = owner.get(i)
+            if dst is not None and src is not None and src != dst:
+                succ[src].add(dst)
+    position = {n.name: i for i, n in enumerate(graph.nodes)}
+    indeg = [0] * len(units)
+    for u in range(len(units)):
+        for v in succ[u]:
+            indeg[v] += 1
+    order = [u for u in range(len(units)) if indeg[u] == 0]
+    for u in order:  # Kahn: `order` grows while we walk it
+        for v in succ[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                order.append(v)
+    span = [0] * len(units)
+    for u in reversed(order):  # consumers first
+        span[u] = 1 + max((span[v] for v in succ[u]), default=-1)
+    layers: dict[tuple, list[int]] = {}
+    for u, names in enumerate(units):
+        kinds = {node_kind(graph[n]) for n in names}
+        # only kernels that are legal on their own (a schedule exists) can share a launch
+        if KERNEL in kinds and all(n in leg.fusible for n in names) and leg.check(names):
+            schedule = tuple(sorted({s.kind for s in group_spaces(graph, names)}))
+            layers.setdefault((span[u], schedule), []).append(u)
+    merged: set[int] = set()
+    packed: list[frozenset] = []
+    for level in sorted(layers):
+        members = sorted(layers[level], key=lambda u: position[units[u][0]])
+        batch: list[int] = []
+        ops = nbytes = 0
+        for u in members + [None]:
+            if u is not None:
+                b = group_bytes(graph, tuple(units[u]))
+                if not batch or (ops + len(units[u]) <= PACK_MAX_OPS
+                                 and nbytes + b <= PACK_MAX_BYTES):
+                    batch.append(u)
+                    ops += len(units[u])
+                    nbytes += b
+                    continue
+            if len(batch) > 1:
+                packed.append(frozenset(n for v in batch for n in units[v]))
+                merged.update(batch)
+            if u is not None:
+                batch, ops, nbytes = [u], len(units[u]), group_bytes(graph, tuple(units[u]))
+    kept = [g for gi, g in enumerate(groups) if gi not in merged]
+    return kept + packed

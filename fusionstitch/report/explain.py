@@ -35,6 +35,7 @@ class GraphReport:
     planning_seconds: float
     plan: object = None       # FusionPlan, or None when the graph fell back to torch
     fallback_reason: str | None = None
+    stages: dict = field(default_factory=dict)   # planning seconds per stage
 
 
 @dataclass
@@ -49,6 +50,29 @@ class Report:
     bytes_moved = property(lambda self: sum(g.bytes_moved for g in self.graphs))
     planning_seconds = property(lambda self: sum(g.planning_seconds for g in self.graphs))
 
+    def why_not_fused(self, a: str, b: str) -> str:
+        """Why IR nodes %a and %b (of one graph) are not in one kernel, in words."""
+        from ..fusion.legality import check_group
+        from ..fusion.patterns import Legality
+        for g in self.graphs:
+            plan = g.plan
+            if plan is None or a not in plan.graph or b not in plan.graph:
+                continue
+            ga, gb = plan.group_of(a), plan.group_of(b)
+            if ga is None or gb is None:
+                return f"%{a} or %{b} is an input of the plan (parameter or constant)"
+            if ga.id == gb.id:
+                return f"%{a} and %{b} are fused: both in group #{ga.id} ({ga.composition})"
+            leg = Legality(plan.graph, batched_gemms=self.strategy == "stitch")
+            d = check_group(plan.graph, set(ga.nodes) | set(gb.nodes), leg.reach,
+                            batched_gemms=leg.batched_gemms)
+            if not d:
+                return f"%{a} (group #{ga.id}) and %{b} (group #{gb.id}) cannot fuse: {d.reason}"
+            return (f"%{a} (group #{ga.id}) and %{b} (group #{gb.id}) could fuse, but the "
+                    f"{self.strategy} planner chose other groups (a higher total score, or "
+                    f"its rules do not merge them)")
+        raise KeyError(f"no graph of this report has both %{a} and %{b}")
+
     def __str__(self) -> str:
         lines = [f"fusionstitch plan (strategy={self.strategy}, target={self.target}): "
                  f"{self.num_ops} ops -> {self.num_kernels} kernels + "
@@ -60,6 +84,9 @@ class Report:
                     f"{g.num_library_calls} library calls, {g.bytes_moved / 1e6:.3f} MB")
             if g.fallback_reason:
                 head += f"  [runs through torch: {g.fallback_reason}]"
+            if g.stages:
+                head += "  [planning: " + ", ".join(f"{k} {v * 1e3:.1f} ms"
+                                                    for k, v in g.stages.items()) + "]"
             lines.append(head)
             if g.plan is not None:
                 for grp in g.plan.groups:
@@ -120,5 +147,5 @@ def explain(fn, *args, strategy: str = "stitch", target: str = "auto", **kwargs)
             report.graphs.append(GraphReport(
                 cg.name, cg.kind, count_ops(spec.graph), spec.plan.num_kernels,
                 spec.plan.num_library_calls, plan_bytes(spec.plan), spec.planning_seconds,
-                spec.plan))
+                spec.plan, stages=dict(spec.plan.stages)))
     return report

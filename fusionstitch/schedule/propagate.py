@@ -10,7 +10,10 @@ space the code generators need, as a `Space`:
                      trailing dims (softmax, layernorm, row sums) stay in a block
             "column" blocks = B columns of R strided elements; reductions over the
                      leading dims (bias gradients, batch statistics)
-            "batch"  blocks = B batch entries; small batched GEMMs (block composition)
+            "general" blocks = B kept indices, R reduced elements gathered with strides
+                     (reductions over middle dims, e.g. batch-norm statistics)
+            "batch"  blocks = B batch entries of small (batched) GEMMs; a block holds
+                     its tile and everything computed from it on chip (block composition)
     blocks  B, row  R
 
 Propagation: every reduction in the group fixes (kind, B, R) and they must
@@ -38,15 +41,18 @@ _DIM_REDUCTIONS = {
 _FULL_REDUCTIONS = {"sum.default", "mean.default", "max.default", "min.default",
                     "prod.default", "any.default", "all.default"}
 SIMPLE_REDUCTIONS = frozenset(_DIM_REDUCTIONS | _FULL_REDUCTIONS)
-BATCHED_DOTS = frozenset({"bmm.default"})
+# GEMMs a planner may compose into a kernel when small (legality decides "small").
+FUSIBLE_DOTS = frozenset({"bmm.default", "mm.default", "addmm.default"})
+BATCHED_DOTS = FUSIBLE_DOTS  # older name
 
 
 @dataclass(frozen=True)
 class Space:
-    kind: str     # flat | row | column | batch
+    kind: str     # flat | row | column | general | batch
     blocks: int   # B
     row: int      # R (elements per block); N for flat
     numel: int    # B * R
+    layout: tuple = ()   # general reductions: (input shape, reduced dims)
 
     def __str__(self) -> str:
         return f"{self.kind}[{self.blocks}x{self.row}]"
@@ -101,45 +107,82 @@ def reduction_space(graph: Graph, node: Node) -> Space:
         return Space("row", b, r, numel)
     if max(red) < min(keep):
         return Space("column", b, r, numel)
-    raise Inconsistent(f"{node.op} (%{node.name}) reduces dims {list(dims)} of "
-                       f"{list(shape)}: neither trailing (Row) nor leading (Column)")
+    # reduced dims interleave kept ones: each block gathers its R elements with strides
+    return Space("general", b, r, numel, (tuple(shape), tuple(red)))
+
+
+def dot_dims(graph: Graph, node: Node) -> tuple[int, int, int, int]:
+    """(batch, m, n, k) of mm / addmm / bmm."""
+    lhs, rhs = (node.args[1], node.args[2]) if node.op == "addmm.default" else node.args[:2]
+    a, b = graph[lhs.name].type.shape, graph[rhs.name].type.shape
+    if len(a) == 3:
+        return a[0], a[1], b[2], a[2]
+    return 1, a[0], b[1], a[1]
+
+
+# Block composition: the elements one block may keep on chip for its batch entry.
+# 16K fp32 = 64 KiB, under a third of a Hopper block's 227 KiB of shared memory, leaving
+# room for the GEMM operand tiles and double buffering.
+BLOCK_ELEMENTS_MAX = 16384
 
 
 def batch_space(graph: Graph, node: Node) -> Space:
-    a = graph[node.args[0].name].type.shape
-    b = graph[node.args[1].name].type.shape
-    per = a[1] * a[2] + b[1] * b[2] + a[1] * b[2]
-    return Space("batch", a[0], per, a[0] * per)
+    batch = dot_dims(graph, node)[0]
+    return Space("batch", batch, BLOCK_ELEMENTS_MAX, batch * BLOCK_ELEMENTS_MAX)
 
 
 def _fits(numel: int, space: Space) -> bool:
     if numel in (space.numel, space.blocks, 1, 0):
         return True
     if space.kind == "batch":
-        return space.blocks > 0 and numel % space.blocks == 0 and numel // space.blocks <= space.row
+        return numel % space.blocks == 0 and numel // space.blocks <= space.row
     return False
+
+
+def _batch_component(graph: Graph, names: list[str], dots: list[str]) -> Space:
+    """Block composition around small GEMMs: every op works per batch entry, on chip."""
+    batches = {dot_dims(graph, graph[d])[0] for d in dots}
+    if len(batches) > 1:
+        raise Inconsistent(f"GEMMs with different batch counts {sorted(batches)} in one block "
+                           "composition")
+    space = batch_space(graph, graph[dots[0]])
+    for name in names:
+        node = graph[name]
+        if node.op in SIMPLE_REDUCTIONS:
+            r = reduction_space(graph, node)
+            if r.blocks % space.blocks or r.numel // space.blocks > space.row:
+                raise Inconsistent(f"%{name} ({node.op}) reduces across batch entries of "
+                                   f"the {space} block composition")
+            continue
+        if lookup(node.op).category == Category.TUPLE:
+            continue
+        if not _fits(_numel(node.type), space):
+            raise Inconsistent(f"%{name} ({node.op}) with {_numel(node.type)} elements does "
+                               f"not fit one block per batch entry of {space}")
+    return space
 
 
 def component_space(graph: Graph, names: list[str], escaping: set[str] | None = None) -> Space:
     """The one space every op of a connected component fits, or raise Inconsistent.
 
     `escaping` names the members whose values leave the group; a member that
-    does not escape may also be a smaller broadcast operand (its numel divides
-    the space's), recomputed where it is read.
+    does not escape may be smaller (a broadcast operand, a slice, a piece of a
+    concat): it is evaluated where its consumer reads it.
     """
     escaping = set(names) if escaping is None else escaping
+    dots = [n for n in names if graph[n].op in FUSIBLE_DOTS]
+    if dots:
+        return _batch_component(graph, names, dots)
     space: Space | None = None
     for name in names:
         node = graph[name]
-        if node.op in SIMPLE_REDUCTIONS:
-            s = reduction_space(graph, node)
-        elif node.op in BATCHED_DOTS:
-            s = batch_space(graph, node)
-        else:
+        if node.op not in SIMPLE_REDUCTIONS:
             continue
+        s = reduction_space(graph, node)
         if space is None:
             space = s
-        elif (s.kind, s.blocks, s.numel) != (space.kind, space.blocks, space.numel):
+        elif (s.kind, s.blocks, s.numel, s.layout) != (space.kind, space.blocks, space.numel,
+                                                        space.layout):
             raise Inconsistent(f"%{name} ({node.op}) needs a {s} schedule but the group "
                                f"already has {space}")
     if space is None:
@@ -147,18 +190,22 @@ def component_space(graph: Graph, names: list[str], escaping: set[str] | None = 
         space = Space("flat", 1, n, n)
     for name in names:
         node = graph[name]
-        if node.op in SIMPLE_REDUCTIONS or node.op in BATCHED_DOTS:
+        if node.op in SIMPLE_REDUCTIONS:
             continue
         d = lookup(node.op)
         if d.category in (Category.TUPLE,):
             continue
         n = _numel(node.type)
-        if name not in escaping and n and space.numel % n == 0:
-            continue  # an internal broadcast operand, recomputed per use
+        if name not in escaping and n <= space.numel:
+            # an internal value (a broadcast operand, a slice or a piece of a concat):
+            # evaluated where its consumer reads it, as XLA's loop fusion does
+            continue
         if space.kind == "flat":
-            if n not in (space.numel, 1, 0):
-                raise Inconsistent(f"%{name} ({node.op}) has {n} elements; a pointwise "
-                                   f"kernel over {space.numel} elements cannot produce it")
+            # thread composition: every output is evaluated over its own index range
+            # (the grid covers the largest), recomputing its producers per element
+            if n > space.numel:
+                raise Inconsistent(f"%{name} ({node.op}) has {n} elements, more than the "
+                                   f"{space.numel} of the pointwise kernel")
         elif not _fits(_numel(node.type), space):
             raise Inconsistent(f"%{name} ({node.op}) with {_numel(node.type)} elements is "
                                f"neither per-element nor per-block in the {space} schedule")
