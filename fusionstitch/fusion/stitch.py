@@ -93,6 +93,17 @@ def _baseline_groups(graph: Graph, target: str, leg) -> list[frozenset]:
             if g.kind == KERNEL and len(g.nodes) > 1 and leg.check(g.nodes)]
 
 
+def _find_cycles(graph: Graph, groups: list[frozenset]) -> list[list[int]]:
+    """Several cycles of the fused graph (chosen-group indices), found in one pass:
+    after each cycle, its first group is set aside and the search goes on, so one
+    ILP round can add a constraint for every independent cycle."""
+    cycles, remaining = [], list(range(len(groups)))
+    while (cycle := _find_cycle(graph, [groups[i] for i in remaining])) is not None:
+        cycles.append([remaining[g] for g in cycle])
+        remaining.pop(cycle[0])
+    return cycles
+
+
 def _find_cycle(graph: Graph, groups: list[frozenset]) -> list[int] | None:
     """Chosen-group indices on one cycle of the fused graph, or None."""
     owner: dict[str, int] = {}
@@ -148,16 +159,19 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
     t = time.perf_counter()
     forbidden: list[frozenset] = []
     chosen: list[int] = []
+    method = "none"
     for _ in range(MAX_CYCLE_ROUNDS):
         sol = ilp.solve(patterns, scores, forbidden, time_limit,
                         at_least=(saved, need) if need > 0 else None)
-        chosen = list(sol.chosen)
-        cycle = _find_cycle(graph, [patterns[i] for i in chosen])
-        if cycle is None:
+        chosen, method = list(sol.chosen), sol.method
+        cycles = _find_cycles(graph, [patterns[i] for i in chosen])
+        if not cycles:
             break
-        bad = frozenset(chosen[g] for g in cycle)
-        log.info("stitch: chosen patterns %s form a cycle; adding a constraint", sorted(bad))
-        forbidden.append(bad)
+        for cycle in cycles:
+            bad = frozenset(chosen[g] for g in cycle)
+            log.info("stitch: chosen patterns %s form a cycle; adding a constraint",
+                     sorted(bad))
+            forbidden.append(bad)
     else:
         # out of rounds: drop the patterns of every remaining cycle until none is left
         while (cycle := _find_cycle(graph, [patterns[i] for i in chosen])) is not None:
@@ -179,7 +193,7 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
     plan = plan_from_groups(graph, groups, "stitch", compose=composition)
     stages["plan"] = time.perf_counter() - t
     log.info("stitch: %d candidates, %d scored > 0, %d chosen (%s, %d cycle constraints), "
-             "%d kernels", len(candidates), len(patterns), len(chosen), sol.method,
+             "%d kernels", len(candidates), len(patterns), len(chosen), method,
              len(forbidden), plan.num_kernels)
     return plan.with_stages(stages)
 

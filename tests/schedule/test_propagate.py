@@ -118,14 +118,23 @@ def test_pure_elementwise_is_flat():
     assert group_spaces(g, ["a", "b", "c"]) == [Space("flat", 1, 32, 32)]
 
 
-def test_escaping_value_of_another_size_is_inconsistent_in_flat():
+def test_flat_kernel_writes_smaller_outputs_over_their_own_range():
+    """Thread composition: each output is evaluated over its own index range."""
     g = parse("""graph sel(%x: f32[4,8]) {
   %a: f32[4,8] = exp.default(%x)
   %b: f32[8] = select.int(%a, 0, 0)
   return (%a, %b)
 }""")
-    with pytest.raises(Inconsistent, match="%b"):
-        group_spaces(g, ["a", "b"])
+    assert group_spaces(g, ["a", "b"]) == [Space("flat", 1, 32, 32)]
+
+
+def test_flat_space_is_the_largest_output():
+    g = parse("""graph cat(%x: f32[4,8], %y: f32[4,8]) {
+  %a: f32[4,8] = exp.default(%x)
+  %c: f32[8,8] = cat.default([%a, %y])
+  return (%a, %c)
+}""")
+    assert group_spaces(g, ["a", "c"]) == [Space("flat", 1, 64, 64)]
 
 
 def test_components_of_different_sizes_are_separate_flat_spaces():
@@ -164,12 +173,10 @@ def test_internal_broadcast_operand_is_recomputed():
     assert group_spaces(g, ["bb", "o"]) == [Space("flat", 1, 64, 64)]
 
 
-def test_escaping_broadcast_operand_is_inconsistent():
+def test_escaping_broadcast_operand_is_written_over_its_own_range_in_flat():
     g = parse(BCAST.replace("{extra}", ", %bb"))
-    with pytest.raises(Inconsistent, match="%bb"):
-        group_spaces(g, ["bb", "o"])
-    with pytest.raises(Inconsistent, match="%bb"):
-        component_space(g, ["bb", "o"])  # escaping defaults to every member
+    assert group_spaces(g, ["bb", "o"]) == [Space("flat", 1, 64, 64)]
+    assert component_space(g, ["bb", "o"]) == Space("flat", 1, 64, 64)
 
 
 def test_broadcast_operand_in_a_row_space():
