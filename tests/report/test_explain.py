@@ -31,3 +31,18 @@ def test_explain_inference_under_no_grad():
     assert rep.num_kernels == 3
     # 3 kernels, each reading its inputs and writing one f32[3]: 4 reads + 3 writes
     assert rep.bytes_moved == (4 + 3) * 3 * 4
+
+
+def test_why_not_fused_names_the_reason():
+    torch._dynamo.reset()
+    w = torch.randn(128, 128)   # a GEMM above the fused-GEMM limit: a library call
+    with torch.no_grad():
+        rep = fusionstitch.explain(lambda x: torch.softmax(x @ w, -1).exp(),
+                                   torch.randn(4, 128), strategy="stitch")
+    ops = {n.op: n.name for n in rep.graphs[0].plan.graph.ops}
+    mm, amax, exp = ops["mm.default"], ops["amax.default"], ops["exp.default"]
+    assert "library call" in rep.why_not_fused(mm, amax)
+    assert "are fused" in rep.why_not_fused(amax, exp)
+    g = rep.graphs[0]
+    assert set(g.stages) >= {"candidates", "scores", "ilp", "plan"}
+    assert "planning:" in str(rep)
