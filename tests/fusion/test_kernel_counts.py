@@ -1,0 +1,68 @@
+"""Kernel-count goldens per zoo workload and strategy (small size), and planning targets.
+
+Regenerate the goldens after an intended planner change with
+    FUSIONSTITCH_UPDATE_GOLDENS=1 pytest tests/fusion/test_kernel_counts.py
+and say in the commit why the counts moved.
+"""
+import json
+import os
+from functools import lru_cache
+
+import pytest
+
+from bench import workloads as W
+from bench.plan_table import capture, geomean
+from fusionstitch.analysis.cost import plan_bytes
+from fusionstitch.fusion import make_plan
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "golden_kernel_counts.json")
+STRATEGIES = ("none", "xla", "stitch")
+
+
+@lru_cache(maxsize=None)
+def graphs(name):
+    return tuple(capture(name, "small"))
+
+
+@lru_cache(maxsize=None)
+def counts(name, strategy):
+    plans = [make_plan(g, strategy, "cuda") for g in graphs(name)]
+    return (sum(p.num_kernels for p in plans), sum(p.num_library_calls for p in plans),
+            sum(plan_bytes(p) for p in plans))
+
+
+def load_golden():
+    if not os.path.exists(GOLDEN):
+        return {}
+    with open(GOLDEN) as f:
+        return json.load(f)
+
+
+def test_goldens():
+    golden = load_golden()
+    got = {name: {s: list(counts(name, s)[:2]) for s in STRATEGIES} for name in W.names()}
+    if os.environ.get("FUSIONSTITCH_UPDATE_GOLDENS"):
+        with open(GOLDEN, "w") as f:
+            json.dump(got, f, indent=1, sort_keys=True)
+        pytest.skip("goldens rewritten")
+    diffs = [f"{n}/{s}: golden {golden.get(n, {}).get(s)} now {got[n][s]}"
+             for n in got for s in STRATEGIES if golden.get(n, {}).get(s) != got[n][s]]
+    assert not diffs, "kernel counts changed:\n" + "\n".join(diffs)
+
+
+def test_planning_targets_small():
+    """The issue's targets, checked on the small zoo (bench/results has full size)."""
+    rows = {n: {s: counts(n, s) for s in STRATEGIES} for n in W.names()}
+    for n, r in rows.items():
+        assert r["xla"][0] < r["none"][0], f"{n}: xla does not beat none"
+        assert r["stitch"][2] <= r["xla"][2], f"{n}: stitch moves more bytes than xla"
+    ratio = geomean([r["stitch"][0] / max(r["xla"][0], 1) for r in rows.values()])
+    assert ratio <= 0.5, f"geomean stitch/xla kernels {ratio:.3f} > 0.5"
+
+
+@pytest.mark.parametrize("strategy", ["xla", "stitch"])
+def test_plans_are_deterministic(strategy):
+    for name in ("layernorm_softmax_gelu", "resnet_bottleneck_train", "adam"):
+        for g in graphs(name):
+            assert make_plan(g, strategy, "cuda").to_text() == \
+                make_plan(g, strategy, "cuda").to_text()
