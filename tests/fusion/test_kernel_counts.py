@@ -66,3 +66,19 @@ def test_plans_are_deterministic(strategy):
         for g in graphs(name):
             assert make_plan(g, strategy, "cuda").to_text() == \
                 make_plan(g, strategy, "cuda").to_text()
+
+
+def test_stitch_plan_text_is_identical_across_processes():
+    """No dependence on hash randomisation: two processes, two hash seeds, same bytes."""
+    import subprocess
+    import sys
+    code = ("from bench.plan_table import capture\n"
+            "from fusionstitch.fusion import make_plan\n"
+            "for g in capture('layernorm_softmax_gelu', 'small'):\n"
+            "    print(make_plan(g, 'stitch', 'cuda').to_text())\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    outs = [subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                           text=True, timeout=300,
+                           env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": root}).stdout
+            for seed in ("0", "12345")]
+    assert outs[0] and outs[0] == outs[1]
