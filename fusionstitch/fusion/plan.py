@@ -119,16 +119,25 @@ def plan_none(graph: Graph) -> FusionPlan:
     return FusionPlan(graph, tuple(groups), "none")
 
 
-def plan_from_groups(graph: Graph, groups, strategy: str, compose=None) -> FusionPlan:
-    """A FusionPlan from disjoint node sets; uncovered ops become singleton groups.
+@dataclass(frozen=True)
+class Quotient:
+    """The fused graph: groups as units, edges between units that exchange values.
 
-    Groups are put in dependency order (ties broken by their first node's
-    position, so plans are deterministic). `compose(graph, names)` labels
-    multi-op kernel groups (default: "fused"). Raises ValueError on a cycle.
+    `units[:k]` are the k given (non-empty) groups in the order given, then one
+    singleton unit per remaining op; each unit lists its nodes in graph order.
     """
+
+    units: list[list[str]]
+    owner: dict[str, int]
+    succ: list[set[int]]
+    position: dict[str, int]
+
+
+def quotient(graph: Graph, groups) -> Quotient:
+    """Collapse disjoint groups of `graph` into units; raises ValueError on overlap."""
     position = {n.name: i for i, n in enumerate(graph.nodes)}
     owner: dict[str, int] = {}
-    members: list[list[str]] = []
+    units: list[list[str]] = []
     for g in groups:
         names = sorted(set(g), key=position.__getitem__)
         if not names:
@@ -136,22 +145,38 @@ def plan_from_groups(graph: Graph, groups, strategy: str, compose=None) -> Fusio
         for n in names:
             if n in owner:
                 raise ValueError(f"plan: %{n} is in two groups")
-            owner[n] = len(members)
-        members.append(names)
+            owner[n] = len(units)
+        units.append(names)
     for node in graph.nodes:
         if not is_input(node) and node.name not in owner:
-            owner[node.name] = len(members)
-            members.append([node.name])
+            owner[node.name] = len(units)
+            units.append([node.name])
+    succ: list[set[int]] = [set() for _ in units]
+    for node in graph.nodes:
+        dst = owner.get(node.name)
+        if dst is None:
+            continue
+        for i in node.inputs:
+            src = owner.get(i)
+            if src is not None and src != dst:
+                succ[src].add(dst)
+    return Quotient(units, owner, succ, position)
+
+
+def plan_from_groups(graph: Graph, groups, strategy: str, compose=None) -> FusionPlan:
+    """A FusionPlan from disjoint node sets; uncovered ops become singleton groups.
+
+    Groups are put in dependency order (ties broken by their first node's
+    position, so plans are deterministic). `compose(graph, names)` labels
+    multi-op kernel groups (default: "fused"). Raises ValueError on a cycle.
+    """
+    q = quotient(graph, groups)
+    members, succ, position = q.units, q.succ, q.position
     # dependency order of groups (Kahn, smallest first position first)
-    succ: list[set[int]] = [set() for _ in members]
     indeg = [0] * len(members)
-    for gi, names in enumerate(members):
-        for n in names:
-            for i in graph[n].inputs:
-                src = owner.get(i)
-                if src is not None and src != gi and gi not in succ[src]:
-                    succ[src].add(gi)
-                    indeg[gi] += 1
+    for targets in succ:
+        for t in targets:
+            indeg[t] += 1
     import heapq
     ready = [(position[m[0]], gi) for gi, m in enumerate(members) if indeg[gi] == 0]
     heapq.heapify(ready)

@@ -34,7 +34,8 @@ from ..schedule.compose import composition
 from ..schedule.propagate import group_spaces
 from . import ilp
 from .patterns import Legality, candidate_patterns
-from .plan import FREE, LIBRARY, KERNEL, FusionPlan, is_input, node_kind, plan_from_groups
+from .plan import (FREE, KERNEL, LIBRARY, FusionPlan, is_input, node_kind, plan_from_groups,
+                   quotient)
 
 log = logging.getLogger("fusionstitch.fusion")
 
@@ -106,25 +107,8 @@ def _find_cycles(graph: Graph, groups: list[frozenset]) -> list[list[int]]:
 
 def _find_cycle(graph: Graph, groups: list[frozenset]) -> list[int] | None:
     """Chosen-group indices on one cycle of the fused graph, or None."""
-    owner: dict[str, int] = {}
-    for gi, g in enumerate(groups):
-        for n in g:
-            owner[n] = gi
-    nxt = len(groups)
-    for node in graph.nodes:
-        if not is_input(node) and node.name not in owner:
-            owner[node.name] = nxt
-            nxt += 1
-    edges: dict[int, set[int]] = {}
-    for node in graph.nodes:
-        dst = owner.get(node.name)
-        if dst is None:
-            continue
-        for i in node.inputs:
-            src = owner.get(i)
-            if src is not None and src != dst:
-                edges.setdefault(src, set()).add(dst)
-    cycle = group_cycle(list(range(nxt)), edges)
+    q = quotient(graph, groups)  # chosen groups are non-empty: unit i is groups[i]
+    cycle = group_cycle(list(range(len(q.units))), dict(enumerate(q.succ)))
     if cycle is None:
         return None
     return sorted(g for g in cycle if g < len(groups))
@@ -207,24 +191,8 @@ def pack_layers(graph: Graph, groups: list[frozenset], leg) -> list[frozenset]:
     Each layer's kernels are packed into launches within the footprint limits.
     """
     from .patterns import PACK_MAX_BYTES, PACK_MAX_OPS
-    owner: dict[str, int] = {}
-    units: list[list[str]] = []
-    for g in groups:
-        for n in g:
-            owner[n] = len(units)
-        units.append(sorted(g))
-    for node in graph.nodes:
-        if not is_input(node) and node.name not in owner:
-            owner[node.name] = len(units)
-            units.append([node.name])
-    succ: list[set[int]] = [set() for _ in units]
-    for node in graph.nodes:
-        dst = owner.get(node.name)
-        for i in node.inputs:
-            src = owner.get(i)
-            if dst is not None and src is not None and src != dst:
-                succ[src].add(dst)
-    position = {n.name: i for i, n in enumerate(graph.nodes)}
+    q = quotient(graph, groups)
+    units, succ, position = q.units, q.succ, q.position
     indeg = [0] * len(units)
     for u in range(len(units)):
         for v in succ[u]:
