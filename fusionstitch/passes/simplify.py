@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..ir.graph import PARAMETER, Graph, Node, Ref, TensorType, map_refs
+from ..ir.graph import Graph, Node, Ref, TensorType, map_refs
 from .dce import dce
 
 # Pure logical reshapes: the result holds the input's elements in the same order.

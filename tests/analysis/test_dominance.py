@@ -2,8 +2,9 @@
 import time
 
 import networkx as nx
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
 
+import random_dags
 from fusionstitch.analysis.dominance import (dominates, dominator_tree, dominators,
                                              post_dominators)
 from fusionstitch.ir.graph import PARAMETER, Graph, Node, Ref, TensorType
@@ -22,20 +23,8 @@ DIAMOND = parse("""graph diamond(%x: f32[4]) {
 }""")
 
 
-@st.composite
-def dags(draw, max_nodes=18):
-    """A random dataflow DAG: each node reads 0-3 earlier nodes (0: a parameter)."""
-    n = draw(st.integers(1, max_nodes))
-    nodes = []
-    for i in range(n):
-        k = draw(st.integers(0, min(i, 3)))
-        ins = draw(st.lists(st.integers(0, i - 1), min_size=k, max_size=k)) if k else []
-        if ins:
-            nodes.append(Node(f"n{i}", _OPS[k], tuple(Ref(f"n{j}") for j in ins), type=T))
-        else:
-            nodes.append(Node(f"n{i}", PARAMETER, type=T))
-    outs = draw(st.lists(st.integers(0, n - 1), max_size=3, unique=True))
-    return Graph(tuple(nodes), tuple(Ref(f"n{j}") for j in outs))
+def dags(max_nodes=18):
+    return random_dags.dags(max_nodes, last_is_output=False)
 
 
 def _flow(graph: Graph, reverse: bool) -> nx.DiGraph:

@@ -5,6 +5,7 @@ import time
 import networkx as nx
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+import random_dags
 from fusionstitch.analysis.reach import Reachability, group_cycle
 from fusionstitch.ir.graph import PARAMETER, Graph, Node, Ref, TensorType
 
@@ -13,19 +14,8 @@ _OPS = {1: "neg.default", 2: "add.Tensor", 3: "addcmul.default"}
 FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@st.composite
-def dags(draw, max_nodes=20):
-    """A random dataflow DAG: each node reads 0-3 earlier nodes (0: a parameter)."""
-    n = draw(st.integers(1, max_nodes))
-    nodes = []
-    for i in range(n):
-        k = draw(st.integers(0, min(i, 3)))
-        ins = draw(st.lists(st.integers(0, i - 1), min_size=k, max_size=k)) if k else []
-        if ins:
-            nodes.append(Node(f"n{i}", _OPS[k], tuple(Ref(f"n{j}") for j in ins), type=T))
-        else:
-            nodes.append(Node(f"n{i}", PARAMETER, type=T))
-    return Graph(tuple(nodes), (Ref(f"n{n - 1}"),))
+def dags(max_nodes=20):
+    return random_dags.dags(max_nodes, last_is_output=True)
 
 
 def _nx(graph: Graph) -> nx.DiGraph:

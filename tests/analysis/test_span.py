@@ -1,28 +1,17 @@
 """span: roots have span 0, span = max(users) + 1; layers hold no dependences."""
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
 
+import random_dags
 from fusionstitch.analysis.span import layers, span_of
-from fusionstitch.ir.graph import PARAMETER, Graph, Node, Ref, TensorType
+from fusionstitch.ir.graph import Graph, TensorType
 from fusionstitch.ir.text import parse
 
 T = TensorType((4,), "f32")
 _OPS = {1: "neg.default", 2: "add.Tensor", 3: "addcmul.default"}
 
 
-@st.composite
-def dags(draw, max_nodes=25):
-    """A random dataflow DAG: each node reads 0-3 earlier nodes (0: a parameter)."""
-    n = draw(st.integers(1, max_nodes))
-    nodes = []
-    for i in range(n):
-        k = draw(st.integers(0, min(i, 3)))
-        ins = draw(st.lists(st.integers(0, i - 1), min_size=k, max_size=k)) if k else []
-        if ins:
-            nodes.append(Node(f"n{i}", _OPS[k], tuple(Ref(f"n{j}") for j in ins), type=T))
-        else:
-            nodes.append(Node(f"n{i}", PARAMETER, type=T))
-    outs = draw(st.lists(st.integers(0, n - 1), max_size=3, unique=True))
-    return Graph(tuple(nodes), tuple(Ref(f"n{j}") for j in outs))
+def dags(max_nodes=25):
+    return random_dags.dags(max_nodes, last_is_output=False)
 
 
 def test_hand_example():

@@ -1,7 +1,6 @@
 """Strategy `xla`: the rule-based XLA GPU fusion passes (fusion/xla.py)."""
 import contextlib
 import logging
-import time
 
 import pytest
 import torch
