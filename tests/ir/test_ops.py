@@ -9,7 +9,7 @@ A failure prints the one-line command that reruns just that case.
 """
 from __future__ import annotations
 
-import importlib.util
+
 import os
 import sys
 
@@ -23,17 +23,11 @@ from fusionstitch.ir.graph import CONSTANT, GETITEM, PARAMETER
 from fusionstitch.ir.ops import Category, OP_TABLE, lookup, type_of_value
 from fusionstitch.runtime.program import Program
 
-try:  # pytest's default import mode puts this folder on sys.path
-    from opinfo_cases import CASES, NOT_COVERED, InferTypeMismatch, InputMutated, OpCase
-except ImportError:  # another import mode: load it from this file's folder
-    _spec = importlib.util.spec_from_file_location(
-        "opinfo_cases", os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                     "opinfo_cases.py"))
-    _mod = importlib.util.module_from_spec(_spec)
-    sys.modules["opinfo_cases"] = _mod
-    _spec.loader.exec_module(_mod)
-    CASES, NOT_COVERED, OpCase = _mod.CASES, _mod.NOT_COVERED, _mod.OpCase
-    InferTypeMismatch, InputMutated = _mod.InferTypeMismatch, _mod.InputMutated
+# the case modules sit beside this file and import each other by name
+_here = os.path.dirname(os.path.abspath(__file__))
+if _here not in sys.path:
+    sys.path.insert(0, _here)
+from opinfo_cases import CASES, NOT_COVERED, InferTypeMismatch, InputMutated, OpCase  # noqa: E402
 
 STRUCTURAL = (PARAMETER, CONSTANT, GETITEM)
 
