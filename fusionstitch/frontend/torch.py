@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -28,6 +27,7 @@ from ..ir.graph import Graph
 from ..passes.pipeline import canonicalize
 from ..runtime import counters as _stats
 from ..runtime.program import Program
+from ..report.debug import dumper
 from .fx_to_ir import Unsupported, fx_to_ir, input_specs
 
 log = logging.getLogger("fusionstitch.frontend")
@@ -106,7 +106,7 @@ class CompiledGraph:
         try:
             specs = input_specs(args)
             graph = fx_to_ir(self.gm, specs, self.name)
-            dump = _dumper(self.name)
+            dump = dumper(self.name, self.options.strategy, self.options.resolved_target())
             if dump:
                 dump("frontend", graph)
             start = time.perf_counter()
@@ -128,26 +128,6 @@ class CompiledGraph:
             log.exception("%s: internal error, running through torch unfused", self.name)
         _stats.bump("fallbacks")
         return _FALLBACK
-
-
-def _dumper(graph_name: str) -> Callable[[str, Any], None] | None:
-    """Numbered per-pass dumps under FUSIONSTITCH_DEBUG_DIR/<graph>/ (see README)."""
-    root = config.debug_dir()
-    if not root:
-        return None
-    folder = os.path.join(root, graph_name)
-    os.makedirs(folder, exist_ok=True)
-    counter = itertools.count(1)
-
-    def dump(stage: str, obj: Any) -> None:
-        path = os.path.join(folder, f"{next(counter):02d}_{stage}.txt")
-        with open(path, "w") as f:
-            f.write(_describe(obj))
-    return dump
-
-
-def _describe(obj: Any) -> str:
-    return obj.to_text() if isinstance(obj, FusionPlan) else str(obj)
 
 
 def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = False,

@@ -43,8 +43,15 @@ def test_debug_dir_has_numbered_per_pass_dumps(tmp_path, monkeypatch):
     assert any(d.startswith("forward") for d in folders)
     assert any(d.startswith("backward") for d in folders)
     files = sorted(os.listdir(tmp_path / folders[0]))
-    assert files[0] == "01_frontend.txt"
-    assert any(f.endswith("_dce.txt") for f in files)
-    assert files[-1].endswith("_plan.txt")
-    # the frontend dump is valid IR text
+    dumps = [f for f in files if f.endswith(".txt")]
+    assert dumps[0] == "01_frontend.txt"
+    assert any(f.endswith("_dce.txt") for f in dumps)
+    assert dumps[-1].endswith("_plan.txt")
+    # the frontend dump is valid IR text, and the repro script runs and re-plans it
     parse((tmp_path / folders[0] / files[0]).read_text())
+    assert "repro.py" in files
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "repro.py"], cwd=tmp_path / folders[0], text=True,
+                         capture_output=True, timeout=300, check=True).stdout
+    assert "max abs difference vs unfused: 0" in out

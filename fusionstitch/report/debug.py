@@ -1,0 +1,72 @@
+"""The debug folder (FUSIONSTITCH_DEBUG_DIR), one subfolder per compiled graph:
+
+    01_frontend.txt      the IR straight from the frontend (parses back with ir.text.parse)
+    02_fold_views.txt …  the IR after each canonicalisation pass, numbered in order
+    NN_<strategy>_plan.txt  the fusion plan: groups, composition, schedule spaces
+    repro.py             a runnable script: re-plans 01_frontend.txt and checks the plan
+                         against the unfused execution on random inputs
+"""
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any, Callable
+
+from .. import config
+
+REPRO = '''"""Repro for graph {graph}: python repro.py  (strategy {strategy}, target {target}).
+
+Re-runs canonicalisation and planning on 01_frontend.txt, executes the plan and the
+unfused graph on the same random inputs, and prints the largest difference.
+"""
+import pathlib
+
+import torch
+
+from fusionstitch.fusion import make_plan, plan_none
+from fusionstitch.ir.text import parse
+from fusionstitch.passes.pipeline import canonicalize
+from fusionstitch.runtime.program import Program
+
+here = pathlib.Path(__file__).parent
+graph = canonicalize(parse((here / "01_frontend.txt").read_text()), verify=True)
+plan = make_plan(graph, "{strategy}", "{target}")
+print(plan.to_text())
+gen = torch.Generator().manual_seed(0)
+inputs = []
+for p in graph.params:
+    t = p.type
+    if t.torch_dtype.is_floating_point:
+        inputs.append(torch.randn(t.shape, generator=gen).to(t.torch_dtype))
+    elif t.torch_dtype == torch.bool:
+        inputs.append(torch.rand(t.shape, generator=gen) > 0.5)
+    else:  # integers are often indices: zeros are always in range
+        inputs.append(torch.zeros(t.shape, dtype=t.torch_dtype))
+got = Program(plan)(inputs)
+ref = Program(plan_none(graph))(inputs)
+worst = 0.0
+for g, r in zip(got, ref):
+    if isinstance(r, torch.Tensor) and r.numel():
+        worst = max(worst, (g.double() - r.double()).abs().max().item())
+print(f"{{plan.num_kernels}} kernels, {{plan.num_library_calls}} library calls; "
+      f"max abs difference vs unfused: {{worst:.3g}}")
+'''
+
+
+def dumper(graph_name: str, strategy: str, target: str) -> Callable[[str, Any], None] | None:
+    """A dump(stage, obj) writer for one graph, or None when no debug folder is set."""
+    root = config.debug_dir()
+    if not root:
+        return None
+    folder = os.path.join(root, graph_name)
+    os.makedirs(folder, exist_ok=True)
+    counter = itertools.count(1)
+    with open(os.path.join(folder, "repro.py"), "w") as f:
+        f.write(REPRO.format(graph=graph_name, strategy=strategy, target=target))
+
+    def dump(stage: str, obj: Any) -> None:
+        path = os.path.join(folder, f"{next(counter):02d}_{stage}.txt")
+        text = obj.to_text() if hasattr(obj, "to_text") else str(obj)
+        with open(path, "w") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+    return dump
