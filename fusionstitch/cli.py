@@ -76,6 +76,40 @@ def demo(workload_names: list[str], size: str, strategies: list[str]) -> int:
     return 1 if failures else 0
 
 
+def _explain_command(args) -> int:
+    """`fusionstitch explain TARGET --out DIR`: plan, picture and report one target."""
+    import torch
+
+    import fusionstitch
+    from fusionstitch.report.factory import TargetError, load_target
+    from fusionstitch.report.html import write_report_dir
+    try:
+        fn, fargs, mode = load_target(args.target_spec)
+    except TargetError as e:
+        print(f"fusionstitch explain: {e}", file=sys.stderr)
+        return 2
+    torch._dynamo.reset()
+    grad = torch.no_grad() if mode == "inference" else contextlib.nullcontext()
+    with grad:
+        rep = fusionstitch.explain(fn, *fargs, strategy=args.strategy, target=args.target)
+    for path in write_report_dir(rep, args.out, title=f"fusionstitch explain {args.target_spec}"):
+        print(path)
+    return 0
+
+
+# --- fusionstitch bench: options here, the benchmark itself in bench/run.py --------------
+def _bench_command(args) -> int:
+    """`fusionstitch bench`: time zoo workloads under eager, Inductor and fusionstitch."""
+    _bench_module()  # puts the repository root (where bench/ lives) on sys.path
+    from bench import run
+    argv = []
+    for opt in ("workloads", "size", "target", "against", "repeat", "min_time", "out"):
+        value = getattr(args, opt)
+        if value is not None:  # unset options take bench/run.py's defaults
+            argv += ["--" + opt.replace("_", "-"), str(value)]
+    return run.main(argv, prog="fusionstitch bench")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fusionstitch", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -85,7 +119,25 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated zoo workload names (default: %(default)s)")
     p.add_argument("--size", default="full", choices=("small", "full"))
     p.add_argument("--strategies", default="none,xla,stitch")
+    p = sub.add_parser("explain", help="plan one target; write plan.txt, SVGs, report.html")
+    p.add_argument("target_spec", metavar="TARGET",
+                   help="zoo workload (NAME, NAME:small, NAME:full) or path/to/file.py:factory")
+    p.add_argument("--out", required=True, help="output folder (created when missing)")
+    p.add_argument("--strategy", default="stitch", choices=("none", "xla", "stitch"))
+    p.add_argument("--target", default="auto", choices=("auto", "cuda", "cpu", "interpret"))
+    p = sub.add_parser("bench", help="time zoo workloads: eager, Inductor, fusionstitch")
+    p.add_argument("--workloads", help="comma-separated zoo workload names")
+    p.add_argument("--size", choices=("small", "full"))
+    p.add_argument("--target", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--against", help="baselines beside fusionstitch: eager,inductor")
+    p.add_argument("--repeat", type=int, help="at least this many timed runs per variant")
+    p.add_argument("--min-time", type=float, help="time until the runs add up to this (s)")
+    p.add_argument("--out", help="results folder (default: bench/results)")
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        return _bench_command(args)
+    if args.command == "explain":
+        return _explain_command(args)
     if args.command == "demo":
         names = [w for w in args.workloads.split(",") if w]
         return demo(names, args.size, [s for s in args.strategies.split(",") if s])

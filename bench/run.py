@@ -1,0 +1,497 @@
+"""Timing benchmark: zoo workloads under eager, Inductor and fusionstitch, side by side.
+
+    python -m bench.run [--workloads a,b] [--size small|full] [--target auto|cpu|cuda]
+                        [--against eager,inductor] [--repeat N] [--out DIR]
+    fusionstitch bench ...        (the same options)
+
+Per workload, in one process, each variant on a fresh ``bench.workloads.make``
+instance (optimizer state and in-place updates do not leak between variants):
+
+* ``first_call_s``: the first step, cold (Dynamo, AOTAutograd, the backend's compile
+  of forward and backward, one step); Inductor compiles into a fresh cache folder;
+* the step time: median, p10, p90 over the timed runs, after warm-up;
+* kernels: fusionstitch's ``stats()`` delta over one step (kernels launched, library
+  calls); Inductor's ``torch._inductor.metrics.generated_kernel_count`` over its
+  compile; eager's non-view aten ops per step (about one kernel each);
+* ``max_rel_err`` of the first step against eager's, ``max_rel_err_f64`` against eager
+  in float64 (eager's own fp32 rounding can exceed 1e-4: BatchNorm backward, big batch).
+
+Speed-ups are ``eager median / variant median`` (above 1 is faster). Writes
+``bench_<target>_<size>_<date>.json`` and a ``.png`` beside it into ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shlex
+import sys
+import traceback
+
+if __package__ in (None, ""):  # run as a script: make `bench` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.timing import time_interleaved, versions  # noqa: E402
+
+VARIANTS = ("eager", "inductor", "fusionstitch")
+# CPU, full size, 2 cores: about 3 minutes with Inductor (cartpole's compile alone ~40 s;
+# lstm's ~90 s and birnn's are longer, hence left out).
+DEFAULT_WORKLOADS = ("mlp", "resnet_bottleneck_train", "transformer_encoder", "capsule_routing",
+                     "cartpole", "adam", "layernorm_softmax_gelu", "softmax_chain")
+DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+# A variant "matches" eager when its first step is within this relative error (fp32),
+# the tolerance the zoo's numerics tests use, or is no further from the float64
+# result than eager itself is (then the difference is eager's rounding).
+MAX_REL_ERR = 1e-4
+
+
+def matches_eager(entry: dict, eager: dict) -> bool:
+    err, mine, theirs = (entry.get("max_rel_err"), entry.get("max_rel_err_f64"),
+                         eager.get("max_rel_err_f64"))
+    return err is not None and (err <= MAX_REL_ERR or None not in (mine, theirs)
+                                and mine <= max(theirs, MAX_REL_ERR))
+
+
+# --- One step, counting, comparing ---------------------------------------------------
+def _flatten(out) -> list:
+    import torch
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _flatten(o)]
+    if isinstance(out, dict):
+        return [t for o in out.values() for t in _flatten(o)]
+    return []
+
+
+def lean_step(inst, fn):
+    """A step function for timing: ``bench.workloads.step`` without its result clones
+    (they would add the same copy time to every variant and hide differences)."""
+    import torch
+
+    if inst.workload.mode == "inference":
+        def run():
+            with torch.no_grad():
+                fn(*inst.args)
+        return run
+
+    def run():
+        for p in inst.grad_params:
+            p.grad = None
+        out = fn(*inst.args)
+        if isinstance(out, torch.Tensor) and out.dim() == 0:
+            loss = out
+        else:
+            loss = sum(o.float().sum() for o in _flatten(out) if o.is_floating_point())
+        loss.backward()
+    return run
+
+
+def max_rel_err(got: list, ref: list) -> float:
+    """Largest per-tensor ``max|got - ref| / max|ref|``; inf on a shape or NaN mismatch."""
+    if len(got) != len(ref):
+        return math.inf
+    worst = 0.0
+    for g, r in zip(got, ref):
+        if g.shape != r.shape:
+            return math.inf
+        if not r.numel():
+            continue
+        g, r = g.detach().double().cpu(), r.detach().double().cpu()
+        same = (g == r) | (g.isnan() & r.isnan()) | (g.isfinite() & r.isfinite())
+        if not bool(same.all()):
+            return math.inf  # NaN or inf where the reference has none (or vice versa)
+        finite = r.isfinite()
+        if not finite.any():
+            continue
+        diff = (g[finite] - r[finite]).abs().max().item()
+        worst = max(worst, diff / max(r[finite].abs().max().item(), 1e-12))
+    return worst
+
+
+def eager_ops(run) -> int:
+    """Non-view aten ops dispatched by one call of ``run`` (eager: about one kernel each)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func.is_view:
+                self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Count() as counter:
+        run()
+    return counter.n
+
+
+def _device(target: str) -> str:
+    return "cuda" if target == "cuda" else "cpu"
+
+
+def resolve_target(target: str) -> str:
+    import torch
+    if target == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if target not in ("cpu", "cuda"):
+        raise ValueError(f"target must be auto, cpu or cuda, not {target!r}")
+    return target
+
+
+def inductor_error() -> str | None:
+    """None when Inductor compiles and runs a tiny function here (on CPU it needs a C++
+    compiler), else why not. Compiles in a fresh cache folder, away from other processes."""
+    import torch
+    from torch._inductor.utils import fresh_cache
+    try:
+        torch._dynamo.reset()
+        x = torch.randn(4)
+        with fresh_cache():
+            ok = torch.allclose(torch.compile(lambda t: t.sin() + 1)(x), x.sin() + 1)
+        return None if ok else "wrong result"
+    except Exception as e:  # noqa: BLE001 - any failure means "unavailable", with its reason
+        return f"{type(e).__name__}: {e}".splitlines()[0][:300]
+
+
+# --- One variant of one workload -----------------------------------------------------
+def _compile(variant: str, fn, target: str):
+    import torch
+
+    import fusionstitch
+    if variant == "eager":
+        return fn
+    if variant == "inductor":
+        return torch.compile(fn)
+    return torch.compile(fn, backend=fusionstitch.backend(strategy="stitch", target=target))
+
+
+def prepare_variant(name: str, size: str, variant: str, target: str,
+                    references: dict) -> tuple[dict, list, object]:
+    """Build a fresh instance, compile, run the first (cold) step and count kernels.
+
+    Returns (result entry, first-step outputs, a step function for timing).
+    ``references`` maps ``"eager"`` (fp32 eager's first step, absent while eager itself
+    runs) and ``"float64"`` (eager in float64) to outputs to compare against."""
+    import time
+
+    import torch
+    import torch._inductor.metrics as inductor_metrics
+
+    import fusionstitch
+    from bench import workloads as W
+    inductor_metrics.reset()
+    fusionstitch.reset_stats()
+    inst = W.make(name, size, device=_device(target))
+    fn = _compile(variant, inst.fn, target)
+    start = time.perf_counter()
+    outs = W.step(inst, fn)  # the first step: compiles forward and backward
+    if target == "cuda":
+        torch.cuda.synchronize()
+    entry = {"first_call_s": time.perf_counter() - start}
+    run = lean_step(inst, fn)
+    if variant == "inductor":
+        entry["kernels"] = inductor_metrics.generated_kernel_count
+    elif variant == "fusionstitch":
+        entry["fallbacks"] = fusionstitch.stats()["fallbacks"]
+        run()  # the counts of a step that compiles nothing
+        fusionstitch.reset_stats()
+        run()
+        s = fusionstitch.stats()
+        entry["kernels"], entry["library_calls"] = s["kernels_launched"], s["library_calls"]
+    else:
+        entry["ops"] = eager_ops(run)
+    for ref, key in (("eager", "max_rel_err"), ("float64", "max_rel_err_f64")):
+        if ref in references:
+            entry[key] = max_rel_err(outs, references[ref])
+    return entry, outs, run
+
+
+def _error(e: Exception) -> dict:
+    traceback.print_exc(file=sys.stderr)
+    return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:500]}
+
+
+def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, min_time: float,
+                   index: str = "") -> dict:
+    """All variants of one workload: compiled one after the other (eager first: it is
+    the reference), then timed side by side (:func:`bench.timing.time_interleaved`)."""
+    import torch
+    from torch._inductor.utils import fresh_cache
+
+    from bench import workloads as W
+    row = {"workload": name, "mode": W.WORKLOADS[name].mode, "variants": {}}
+    entries, runs, references = row["variants"], {}, {}
+    torch._dynamo.reset()
+    # Inductor compiles into a fresh cache folder: a cold compile, like fusionstitch's
+    with fresh_cache() if "inductor" in variants else contextlib.nullcontext():
+        try:  # eager in float64: tells eager's own fp32 rounding from a real difference
+            references["float64"] = W.step(W.make(name, size, device=_device(target),
+                                                  dtype=torch.float64))
+        except Exception as e:
+            print(f"[{index}] {name}: no float64 reference ({e})", file=sys.stderr)
+        for variant in variants:
+            try:
+                entries[variant], outs, runs[variant] = prepare_variant(
+                    name, size, variant, target, references)
+                if variant == "eager":
+                    references["eager"] = outs
+            except Exception as e:  # one broken variant must not lose the whole run
+                entries[variant] = _error(e)
+            _progress(index, name, variant, entries[variant])
+        try:
+            timed = time_interleaved(runs, repeat=repeat, min_time=min_time,
+                                     device=_device(target))
+            for variant, t in timed.items():
+                entries[variant].update(t)
+        except Exception as e:
+            for variant in runs:
+                entries[variant] = _error(e)
+    print(f"[{index}] {name}: median " + ", ".join(
+        f"{v} {e['median_s'] * 1e3:.3f} ms" for v, e in entries.items() if "median_s" in e)
+        + f" ({max((e.get('runs', 0) for e in entries.values()), default=0)} rounds)",
+        file=sys.stderr, flush=True)
+    med = {v: e.get("median_s") for v, e in entries.items()}  # speed-up: base / variant
+    row["speedup"] = {f"{v}_vs_{base}": med[base] / med[v] if med.get(v) and med.get(base)
+                      else None for v, base in (("inductor", "eager"), ("fusionstitch", "eager"),
+                                                ("fusionstitch", "inductor"))}
+    return row
+
+
+def _progress(index: str, name: str, variant: str, e: dict) -> None:
+    msg = f"FAILED: {e['error']}" if "error" in e else (
+        f"first call {e['first_call_s']:.2f} s"
+        + (f", kernels {e['kernels']}" if "kernels" in e else "")
+        + (f", max rel err {e['max_rel_err']:.1e}" if "max_rel_err" in e else "")
+        + (f" (vs float64 {e['max_rel_err_f64']:.1e})" if "max_rel_err_f64" in e else ""))
+    print(f"[{index}] {name} {variant}: {msg}", file=sys.stderr, flush=True)
+
+
+# --- Summary, table, picture ---------------------------------------------------------
+def geomean(xs) -> float | None:
+    xs = [x for x in xs if x]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summarise(rows: list[dict]) -> dict:
+    out = {}
+    for key in ("inductor_vs_eager", "fusionstitch_vs_eager", "fusionstitch_vs_inductor"):
+        vals = [r["speedup"][key] for r in rows if r["speedup"].get(key)]
+        if vals:
+            out[f"geomean_speedup_{key}"] = geomean(vals)
+    fs = [(r["variants"]["fusionstitch"], r["variants"].get("eager", {})) for r in rows
+          if "max_rel_err" in r["variants"].get("fusionstitch", {})]
+    out["fusionstitch_max_rel_err"] = max((e["max_rel_err"] for e, _ in fs), default=None)
+    out["fusionstitch_mismatches"] = [r["workload"] for r in rows
+                                      if not matches_eager(r["variants"].get("fusionstitch", {}),
+                                                           r["variants"].get("eager", {}))]
+    out["fusionstitch_matches_eager"] = bool(fs) and not out["fusionstitch_mismatches"]
+    out["failed"] = [f"{r['workload']}/{v}" for r in rows for v, e in r["variants"].items()
+                     if "error" in e]
+    return out
+
+
+def _fmt(x, spec, none="-"):
+    return none if x is None else format(x, spec)
+
+
+def table(rows: list[dict], variants) -> str:
+    """A markdown table: medians (ms), compile times, speed-ups, kernel counts, errors."""
+    ind = "inductor" in variants
+    cols = [(f"{v} ms", v, "median_s", ".3f") for v in variants] + [
+        ("compile s ind", "inductor", "first_call_s", ".1f"),
+        ("compile s fs", "fusionstitch", "first_call_s", ".1f"),
+        ("fs/eager", "speedup", "fusionstitch_vs_eager", ".2f"),
+        ("fs/ind", "speedup", "fusionstitch_vs_inductor", ".2f"),
+        ("ind/eager", "speedup", "inductor_vs_eager", ".2f"),
+        ("eager ops", "eager", "ops", "d"), ("ind kernels", "inductor", "kernels", "d"),
+        ("fs kernels", "fusionstitch", "kernels", "d"),
+        ("fs libcalls", "fusionstitch", "library_calls", "d"),
+        ("fs err", "fusionstitch", "max_rel_err", ".1e"),
+        ("fs err f64", "fusionstitch", "max_rel_err_f64", ".1e"),
+        ("eager err f64", "eager", "max_rel_err_f64", ".1e")]
+    cols = [c for c in cols if ind or "ind" not in c[0]]
+    lines = ["| workload | " + " | ".join(c[0] for c in cols) + " |",
+             "|---" * (len(cols) + 1) + "|"]
+    for r in rows:
+        cells = []
+        for _, where, key, spec in cols:
+            d = r["speedup"] if where == "speedup" else r["variants"].get(where, {})
+            x = d.get(key)
+            x = x * 1e3 if key == "median_s" and x is not None else x
+            cells.append("fail" if "error" in d else _fmt(x, spec))
+        lines.append(f"| {r['workload']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: str, title: str) -> None:
+    """Two panels: speed-up over eager per workload (bars per variant, log scale) and
+    kernels per step (eager ops, Inductor kernels, fusionstitch kernels + library calls)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    names = [r["workload"] for r in rows]
+    x = list(range(len(names)))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(8.0, 1.1 * len(names) + 3), 8.5),
+                                   constrained_layout=True)
+    colours = {"eager": "#9e9e9e", "inductor": "#1f77b4", "fusionstitch": "#d62728",
+               "fusionstitch libcalls": "#f4a6a6"}
+
+    speed = [(v, [r["speedup"].get(f"{v}_vs_eager") for r in rows])
+             for v in ("inductor", "fusionstitch") if any(v in r["variants"] for r in rows)]
+    width = 0.8 / max(len(speed), 1)
+    for k, (v, vals) in enumerate(speed):
+        xs = [i - 0.4 + width * (k + 0.5) for i in x]
+        # bars grow from the 1x line: up when faster than eager, down when slower
+        ax1.bar(xs, [(s or 1) - 1 for s in vals], width, bottom=1, color=colours[v],
+                label=f"{v} (geomean {_fmt(geomean(vals), '.2f')}×)")
+        for xi, s in zip(xs, vals):
+            ax1.annotate("fail" if s is None else f"{s:.2f}", (xi, s or 1), ha="center",
+                         va="bottom" if (s or 1) >= 1 else "top", fontsize=7,
+                         xytext=(0, 2 if (s or 1) >= 1 else -2), textcoords="offset points")
+    ax1.axhline(1.0, color="black", linewidth=0.8)
+    ax1.set_yscale("log", base=2)
+    ax1.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}×"))
+    ax1.margins(y=0.15)
+    ax1.set_ylabel("speed-up over eager (×, log)\nabove 1 = faster")
+    fig.suptitle(title, fontsize=10)
+
+    def count(var, key):
+        return [r["variants"].get(var, {}).get(key) for r in rows]
+
+    series = [("eager", "eager ops", count("eager", "ops")),
+              ("inductor", "inductor kernels", count("inductor", "kernels")),
+              ("fusionstitch", "fusionstitch kernels", count("fusionstitch", "kernels"))]
+    series = [s for s in series if any(c is not None for c in s[2])]
+    libcalls = [c or 0 for c in count("fusionstitch", "library_calls")]
+    width = 0.8 / max(len(series), 1)
+    for k, (var, label, vals) in enumerate(series):
+        xs = [i - 0.4 + width * (k + 0.5) for i in x]
+        ax2.bar(xs, [c or 0 for c in vals], width, label=label, color=colours[var])
+        if var == "fusionstitch":  # library calls stacked on top of the generated kernels
+            ax2.bar(xs, libcalls, width, bottom=[c or 0 for c in vals],
+                    label="fusionstitch library calls", color=colours["fusionstitch libcalls"])
+        for xi, c in zip(xs, vals):
+            if c is not None:
+                ax2.annotate(str(c), (xi, max(c, 1)), ha="center", va="bottom", fontsize=7,
+                             xytext=(0, 2), textcoords="offset points")
+    ax2.set_yscale("log")
+    ax2.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}"))
+    ax2.set_ylim(0.5, 3 * ax2.get_ylim()[1])  # a count of 1 still shows; room for labels
+    ax2.set_ylabel("kernels per step (log)")
+    ax2.set_title("eager: non-view aten ops; Inductor: generated kernels; fusionstitch: "
+                  "kernels launched (+ library calls)", fontsize=9)
+    for ax in (ax1, ax2):
+        ax.set_xticks(x, names, rotation=25, ha="right", fontsize=8)
+        ax.legend(fontsize=8)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# --- Entry points --------------------------------------------------------------------
+def run(workloads, size: str = "full", target: str = "auto", against=("eager", "inductor"),
+        repeat: int = 10, out_dir: str = DEFAULT_OUT, *, min_time: float = 0.5,
+        command: str | None = None) -> dict:
+    """Benchmark ``workloads``; writes the JSON and PNG into ``out_dir``; returns the JSON dict
+    (plus ``"json_path"``/``"png_path"``, not written into the file)."""
+    import torch
+
+    from bench import workloads as W
+    unknown = [w for w in workloads if w not in W.WORKLOADS]
+    if unknown:
+        raise KeyError(f"unknown workload(s) {unknown}; known: {', '.join(W.names())}")
+    bad = [a for a in against if a not in ("eager", "inductor")]
+    if bad:
+        raise ValueError(f"--against takes eager and/or inductor, not {bad}")
+    target = resolve_target(target)
+    # eager always runs: it is the reference for errors and speed-ups
+    variants = [v for v in VARIANTS if v in ("eager", "fusionstitch") or v in against]
+    vers = versions()
+    command = command or _command(workloads, size, target, against, repeat, out_dir, min_time)
+    meta = {"device": torch.cuda.get_device_name(0) if target == "cuda" else vers["cpu"],
+            "target": target, "size": size, "repeat": repeat, "min_time_s": min_time,
+            "variants": variants, "fusionstitch_strategy": "stitch",
+            "timing": "variants interleaved, one run of each per round; medians",
+            "inductor_cache": "fresh folder per workload (cold compile)",
+            "versions": vers, "command": command, "date": vers["date"]}
+    rows = [bench_workload(name, size, target, variants, repeat=repeat, min_time=min_time,
+                           index=f"{i}/{len(workloads)}") for i, name in enumerate(workloads, 1)]
+    result = {"meta": meta, "summary": summarise(rows), "rows": rows}
+    os.makedirs(out_dir, exist_ok=True)
+    day = meta["date"][:10]
+    stem = os.path.join(out_dir, f"bench_{target}_{size}_{day}")
+    with open(stem + ".json", "w") as f:
+        json.dump(_finite(result), f, indent=1, allow_nan=False)
+        f.write("\n")
+    title = (f"fusionstitch (stitch, target {target}) vs {' / '.join(variants[:-1])}, "
+             f"size {size}\n{meta['device']}, {meta['versions']['torch_threads']} threads, "
+             f"torch {meta['versions']['torch']}, {day}")
+    plot(rows, stem + ".png", title)
+    return {**result, "json_path": stem + ".json", "png_path": stem + ".png"}
+
+
+def _command(workloads, size, target, against, repeat, out_dir, min_time,
+             prog="python -m bench.run") -> str:
+    """The command line that repeats this run (every option spelt out)."""
+    out = os.path.relpath(out_dir) if os.path.abspath(out_dir).startswith(os.getcwd()) else out_dir
+    return prog + " " + shlex.join(
+        ["--workloads", ",".join(workloads), "--size", size, "--target", target, "--against",
+         ",".join(against), "--repeat", str(repeat), "--min-time", str(min_time), "--out", out])
+
+
+def _finite(obj):
+    """JSON has no inf/NaN: write them as the strings "inf", "-inf", "nan"."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m bench.run") -> int:
+    """Parse the options, run, print the table and summary; 1 when fusionstitch differs
+    from eager (see :func:`matches_eager`) or a variant failed."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
+                   help="comma-separated zoo workload names (default: %(default)s)")
+    p.add_argument("--size", default="full", choices=("small", "full"))
+    p.add_argument("--target", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--against", default="eager,inductor",
+                   help="baselines to run beside fusionstitch: eager and/or inductor "
+                        "(eager always runs as the reference; default: %(default)s)")
+    p.add_argument("--repeat", type=int, default=10,
+                   help="at least this many timed runs per variant (default: %(default)s)")
+    p.add_argument("--min-time", type=float, default=0.5,
+                   help="keep timing until the runs add up to this many seconds "
+                        "(default: %(default)s)")
+    p.add_argument("--out", default=DEFAULT_OUT, help="results folder (default: bench/results)")
+    args = p.parse_args(argv)
+    names = [w for w in args.workloads.split(",") if w]
+    against = [a for a in args.against.split(",") if a]
+    command = _command(names, args.size, args.target, against, args.repeat, args.out,
+                       args.min_time, prog)
+    result = run(names, args.size, args.target, against, args.repeat, args.out,
+                 min_time=args.min_time, command=command)
+    print(table(result["rows"], result["meta"]["variants"]))
+    s = result["summary"]
+    print("\ngeomean speed-up: " + ", ".join(
+        f"{k.removeprefix('geomean_speedup_')} {v:.2f}x" for k, v in s.items()
+        if k.startswith("geomean_speedup_")))
+    print(f"fusionstitch max rel err vs eager: {_fmt(s['fusionstitch_max_rel_err'], '.1e')}"
+          + (f"; differs from eager on {', '.join(s['fusionstitch_mismatches'])}"
+             if s["fusionstitch_mismatches"] else ""))
+    if s["failed"]:
+        print(f"failed: {', '.join(s['failed'])}")
+    print(f"wrote {result['json_path']} and {result['png_path']}")
+    return 0 if s["fusionstitch_matches_eager"] and not s["failed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

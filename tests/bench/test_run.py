@@ -1,0 +1,137 @@
+"""Tests for the timing benchmark: ``bench/run.py``, ``bench/timing.py``, ``fusionstitch bench``.
+
+Small workloads, few runs: these check the plumbing (JSON fields, ratios, kernel
+counts, errors, the picture, the CLI), not the speed.
+"""
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+_ROOT = str(Path(__file__).resolve().parents[2])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from bench import run as R  # noqa: E402
+from bench.timing import percentile, time_interleaved, time_step, versions  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+FAST = dict(repeat=3, min_time=0.0)
+
+
+def _check_files(result):
+    data = json.loads(Path(result["json_path"]).read_text())
+    assert Path(result["png_path"]).read_bytes()[:8] == PNG_MAGIC
+    assert Path(result["png_path"]).with_suffix(".json") == Path(result["json_path"])
+    return data
+
+
+@pytest.fixture(scope="module")
+def eager_only(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    return R.run(["softmax_chain", "adam"], "small", "cpu", ("eager",), out_dir=str(out), **FAST)
+
+
+def test_json_meta(eager_only):
+    data = _check_files(eager_only)
+    meta = data["meta"]
+    assert meta["target"] == "cpu" and meta["size"] == "small"
+    assert meta["variants"] == ["eager", "fusionstitch"]
+    assert meta["command"].startswith("python -m bench.run --workloads softmax_chain,adam")
+    assert meta["date"].endswith("+00:00")  # UTC, ISO
+    v = meta["versions"]
+    for key in ("torch", "python", "fusionstitch", "cpu", "torch_threads", "date"):
+        assert v[key], key
+    assert Path(eager_only["json_path"]).name == f"bench_cpu_small_{meta['date'][:10]}.json"
+
+
+def test_rows_have_medians_ratios_kernels_errors(eager_only):
+    data = _check_files(eager_only)
+    rows = {r["workload"]: r for r in data["rows"]}
+    assert list(rows) == ["softmax_chain", "adam"]
+    for name, row in rows.items():
+        eager, fs = row["variants"]["eager"], row["variants"]["fusionstitch"]
+        for e in (eager, fs):
+            assert e["runs"] >= 3
+            assert 0 < e["p10_s"] <= e["median_s"] <= e["p90_s"]
+            assert e["first_call_s"] > 0
+        assert row["speedup"]["fusionstitch_vs_eager"] == pytest.approx(
+            eager["median_s"] / fs["median_s"])
+        assert row["speedup"]["inductor_vs_eager"] is None  # not requested
+        assert fs["kernels"] >= 1 and fs["library_calls"] == 0 and fs["fallbacks"] == 0
+        assert eager["ops"] > fs["kernels"]  # the whole chain is fused
+        assert fs["max_rel_err"] <= 1e-4 and fs["max_rel_err_f64"] <= 1e-4
+    assert rows["softmax_chain"]["variants"]["fusionstitch"]["kernels"] == 1
+    s = data["summary"]
+    assert s["fusionstitch_matches_eager"] and not s["failed"]
+    assert s["geomean_speedup_fusionstitch_vs_eager"] > 0
+
+
+def test_table_lists_every_workload(eager_only):
+    text = R.table(eager_only["rows"], eager_only["meta"]["variants"])
+    assert "softmax_chain" in text and "adam" in text and "fs/eager" in text
+
+
+def test_cli_bench(tmp_path, capsys):
+    from fusionstitch.cli import main
+    rc = main(["bench", "--workloads", "softmax_chain", "--size", "small", "--target", "cpu",
+               "--against", "eager", "--repeat", "3", "--min-time", "0", "--out", str(tmp_path)])
+    assert rc == 0
+    out = capsys.readouterr()
+    assert "softmax_chain" in out.out and "geomean" in out.out
+    assert "softmax_chain fusionstitch" in out.err  # one progress line per variant
+    [path] = tmp_path.glob("bench_cpu_small_*.json")
+    data = json.loads(path.read_text())
+    assert data["meta"]["command"].startswith("fusionstitch bench --workloads softmax_chain")
+    assert path.with_suffix(".png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_unknown_workload_is_an_error(tmp_path):
+    with pytest.raises(KeyError, match="no_such"):
+        R.run(["no_such"], "small", "cpu", ("eager",), out_dir=str(tmp_path), **FAST)
+
+
+def test_time_step_and_percentile():
+    calls = []
+    t = time_step(lambda: calls.append(1), warmup=2, repeat=5)
+    assert len(calls) == 7 and t["runs"] == 5
+    assert 0 <= t["min_s"] <= t["p10_s"] <= t["median_s"] <= t["p90_s"]
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile([0.0, 10.0], 10) == pytest.approx(1.0)
+    t = time_step(lambda: None, warmup=0, repeat=1, min_time=0.01, max_runs=50)
+    assert 1 <= t["runs"] <= 50
+    assert versions()["torch_threads"] >= 1
+    order = []
+    ts = time_interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")},
+                          warmup=1, repeat=3)
+    assert order == ["a", "b"] * 4  # one of each per round, warm-up round first
+    assert ts["a"]["runs"] == ts["b"]["runs"] == 3
+
+
+def test_max_rel_err():
+    import torch
+    a = torch.tensor([1.0, 2.0, 4.0])
+    assert R.max_rel_err([a], [a]) == 0.0
+    assert R.max_rel_err([a + 0.04], [a]) == pytest.approx(0.01)
+    assert R.max_rel_err([torch.tensor([float("nan")])], [torch.tensor([1.0])]) == math.inf
+    assert R.max_rel_err([a[:2]], [a]) == math.inf
+
+
+@pytest.mark.slow
+def test_with_inductor(tmp_path):
+    why = R.inductor_error()
+    if why is not None:
+        pytest.skip(f"Inductor cannot compile on this machine's CPU: {why}")
+    result = R.run(["softmax_chain"], "small", "cpu", ("eager", "inductor"),
+                   out_dir=str(tmp_path), **FAST)
+    data = _check_files(result)
+    [row] = data["rows"]
+    ind = row["variants"]["inductor"]
+    assert "error" not in ind
+    assert ind["kernels"] >= 1 and ind["max_rel_err"] <= 1e-4
+    sp = row["speedup"]
+    assert sp["fusionstitch_vs_inductor"] == pytest.approx(
+        sp["fusionstitch_vs_eager"] / sp["inductor_vs_eager"])
+    assert "geomean_speedup_inductor_vs_eager" in data["summary"]
