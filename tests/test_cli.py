@@ -1,8 +1,18 @@
-"""The command line: `fusionstitch demo` on a small workload."""
+"""The command line: `fusionstitch demo` on small workloads, as `make demo` runs it."""
+import os
+
 from fusionstitch.cli import main
 
 
-def test_demo_small_prints_table(capsys):
-    assert main(["demo", "--workloads", "mlp,softmax_chain", "--size", "small"]) == 0
-    out = capsys.readouterr().out
-    assert "k:stitch" in out and "mlp" in out and "softmax_chain" in out
+def test_demo_small_prints_table_and_writes_report(capsys, tmp_path):
+    out = tmp_path / "demo"
+    assert main(["demo", "--workloads", "mlp,softmax_chain", "--size", "small",
+                 "--against", "", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "k:stitch" in text and "mlp" in text and "softmax_chain" in text
+    assert "eager ms" in text and "fs ms" in text and "max err" in text
+    assert f"HTML report: {out / 'index.html'}" in text
+    for name in ("mlp", "softmax_chain"):
+        assert (out / name / "report.html").exists()
+        assert any(f.endswith(".svg") for f in os.listdir(out / name))
+    assert "softmax_chain/report.html" in (out / "index.html").read_text()

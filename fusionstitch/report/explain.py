@@ -97,6 +97,22 @@ class Report:
         return "\n".join(lines)
 
 
+def plan_report(graphs: list[Graph], strategy: str, target: str) -> Report:
+    """A Report for already captured (canonicalised) graphs, planned with `strategy`."""
+    import time
+
+    from ..fusion import make_plan
+    report = Report(strategy, target)
+    for g in graphs:
+        start = time.perf_counter()
+        plan = make_plan(g, strategy, target)
+        report.graphs.append(GraphReport(
+            g.name, g.name.rsplit("_", 1)[0], count_ops(g), plan.num_kernels,
+            plan.num_library_calls, plan_bytes(plan), time.perf_counter() - start, plan,
+            stages=dict(plan.stages)))
+    return report
+
+
 def _leaves(fn, args) -> list[torch.Tensor]:
     leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad and a.is_leaf]
     if isinstance(fn, torch.nn.Module):
