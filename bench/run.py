@@ -56,14 +56,8 @@ def matches_eager(entry: dict, eager: dict) -> bool:
 
 # --- One step, counting, comparing ---------------------------------------------------
 def _flatten(out) -> list:
-    import torch
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (tuple, list)):
-        return [t for o in out for t in _flatten(o)]
-    if isinstance(out, dict):
-        return [t for o in out.values() for t in _flatten(o)]
-    return []
+    from fusionstitch.report.explain import flat_tensors
+    return flat_tensors(out)
 
 
 def lean_step(inst, fn):

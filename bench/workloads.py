@@ -724,13 +724,8 @@ def make(name: str, size: str = "small", device="cpu", dtype=torch.float32, seed
 
 
 def _flatten(out) -> list:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (tuple, list)):
-        return [t for o in out for t in _flatten(o)]
-    if isinstance(out, dict):
-        return [t for o in out.values() for t in _flatten(o)]
-    return []  # None / python scalars carry nothing to compare
+    from fusionstitch.report.explain import flat_tensors
+    return flat_tensors(out)
 
 
 def step(inst: Instance, fn: Callable | None = None) -> list[torch.Tensor]:

@@ -120,14 +120,15 @@ def _leaves(fn, args) -> list[torch.Tensor]:
     return leaves
 
 
-def _flat_tensors(out) -> list[torch.Tensor]:
+def flat_tensors(out) -> list[torch.Tensor]:
+    """Every tensor in a (nested) tuple / list / dict output, in order; others dropped."""
     if isinstance(out, torch.Tensor):
         return [out]
     if isinstance(out, (tuple, list)):
-        return [t for o in out for t in _flat_tensors(o)]
+        return [t for o in out for t in flat_tensors(o)]
     if isinstance(out, dict):
-        return [t for o in out.values() for t in _flat_tensors(o)]
-    return []
+        return [t for o in out.values() for t in flat_tensors(o)]
+    return []  # None / python scalars carry nothing to compare
 
 
 def explain(fn, *args, strategy: str = "stitch", target: str = "auto", **kwargs) -> Report:
@@ -140,7 +141,7 @@ def explain(fn, *args, strategy: str = "stitch", target: str = "auto", **kwargs)
     saved = _stats.stats()
     try:
         out = compiled(*args, **kwargs)
-        needs_grad = [t for t in _flat_tensors(out) if t.requires_grad]
+        needs_grad = [t for t in flat_tensors(out) if t.requires_grad]
         leaves = _leaves(fn, args)
         if needs_grad and leaves and torch.is_grad_enabled():
             loss = sum(t.float().sum() for t in needs_grad)

@@ -394,7 +394,7 @@ def plan_svg(plan: FusionPlan, *, title: str = "", max_ops: int = MAX_OPS_DRAWN,
              f'<defs><marker id="{marker}" viewBox="0 0 8 8" refX="7" refY="4" markerWidth="7" '
              f'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L8,4 L0,8 Z" '
              f'fill="#555555"/></marker></defs>',
-             f'<rect width="100%" height="100%" fill="#ffffff"/>',
+             '<rect width="100%" height="100%" fill="#ffffff"/>',
              f'<text class="title" x="{_MARGIN}" y="22" font-size="13" font-weight="bold">'
              f'{_t(title or g.name)}</text>']
     parts += legend
