@@ -30,9 +30,10 @@ Differences from XLA, on purpose:
   rebuilt join by join, each join checked.
 - A producer that is a graph output is left to producer-consumer multi-output
   fusion, as in XLA, where the ROOT tuple is one more user.
-- Horizontal candidates are bucketed by span layer of the kernel graph (no path
-  between kernels of one layer), not by common consumer, and may differ in dtype
-  and op count: `packing` runs each component in its own block range, so XLA's
+- Horizontal candidates are, as in XLA, the small loop fusions that feed one
+  consumer (an op, or the graph's outputs standing for XLA's ROOT tuple), further
+  split by span layer so that no path joins them; they may differ in dtype and op
+  count: `packing` runs each component in its own block range, so XLA's
   same-type/same-count rule (a concatenate artefact) does not apply.
 """
 from __future__ import annotations
@@ -484,28 +485,47 @@ class _SpanLayerIsAcyclic:
 
 
 def horizontal_fusion(part: Partition) -> None:
-    """Pack small loop fusions of one span layer (of the kernel graph) into one launch."""
+    """XLA's horizontal loop fusion: small loop fusions feeding one consumer (an op, or
+    the graph's outputs: XLA's ROOT tuple) share a launch. A consumer's candidates are
+    split by span layer of the kernel graph, so no path joins the kernels packed."""
     order = [g for g in GroupOrder(part).order if g is not None]
     span: dict[int, int] = {}
     for g in reversed(order):
         span[g] = 1 + max((span[s] for s in part.user_groups(g)), default=-1)
-    layers: dict[int, list[int]] = {}
+    ok: set[int] = set()
     for g in sorted(order):  # ids are node positions: graph order
         d = _horizontal_candidate(part, g)
         if d:
-            layers.setdefault(span[g], []).append(g)
+            ok.add(g)
         elif part.is_kernel(g):
             _reject("horizontal_fusion", lambda: f"kernel of %{part.root_name(g)}", d)
-    for layer in sorted(layers, reverse=True):
-        batch, params = [], 0
-        for g in layers[layer]:
-            reads, writes = part.io(part.members[g])
-            if batch and (len(batch) == HORIZONTAL_MAX_KERNELS
-                          or params + len(reads) + writes > HORIZONTAL_MAX_PARAMS):
-                _pack(part, batch)
-                batch, params = [], 0
-            batch.append(g)
-            params += len(reads) + writes
+    consumers = [node.inputs for node in part.graph.nodes if not is_input(node)]
+    consumers.append(tuple(r.name for r in part.graph.output_refs))  # the ROOT tuple
+    for operands in consumers:
+        # groups may have merged since the ids were taken: read current owners
+        feeding = sorted({part.group_of[i] for i in operands if i in part.group_of} & ok)
+        if len(feeding) < 2:
+            continue
+        layers: dict[int, list[int]] = {}
+        for g in feeding:
+            layers.setdefault(span[g], []).append(g)
+        for layer in sorted(layers, reverse=True):
+            batch, params = [], 0
+            for g in layers[layer]:
+                reads, writes = part.io(part.members[g])
+                if batch and (len(batch) == HORIZONTAL_MAX_KERNELS
+                              or params + len(reads) + writes > HORIZONTAL_MAX_PARAMS):
+                    _pack_once(part, batch, ok)
+                    batch, params = [], 0
+                batch.append(g)
+                params += len(reads) + writes
+            _pack_once(part, batch, ok)
+
+
+def _pack_once(part: Partition, batch: list[int], ok: set[int]) -> None:
+    """Pack a batch of two or more; XLA fuses each kernel horizontally once."""
+    if len(batch) > 1:
+        ok.difference_update(batch)
         _pack(part, batch)
 
 
