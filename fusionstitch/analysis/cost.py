@@ -13,12 +13,8 @@ from ..fusion.plan import FREE, FusionPlan
 from ..ir.graph import Graph, TensorType, TupleType
 
 
-def _bytes(t) -> int:
-    if isinstance(t, TensorType):
-        return t.nbytes
-    if isinstance(t, TupleType):
-        return t.nbytes
-    return 0
+def _bytes(t: TensorType | TupleType) -> int:
+    return t.nbytes
 
 
 def group_bytes(graph: Graph, nodes: tuple[str, ...]) -> int:

@@ -64,7 +64,6 @@ class Specialisation:
     plan: FusionPlan
     program: Program
     planning_seconds: float
-    frontend_ops: int         # ops straight out of the frontend, before passes
 
 
 _FALLBACK = object()
@@ -116,8 +115,7 @@ class CompiledGraph:
             if dump:
                 dump(f"{plan.strategy}_plan", plan)
             device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
-            return Specialisation(canon, plan, Program(plan, device), seconds,
-                                  sum(1 for n in graph.ops))
+            return Specialisation(canon, plan, Program(plan, device), seconds)
         except Unsupported as e:
             self.fallback_reason = str(e)
             log.warning("%s runs through torch unfused: %s", self.name, e)

@@ -12,11 +12,9 @@ from dataclasses import dataclass
 
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Node
 from ..ir.ops import Category, lookup
+from ..schedule.propagate import FUSIBLE_DOTS
 
 KERNEL, LIBRARY, FREE = "kernel", "library", "free"
-# Dot ops a planner may compose into a generated kernel (small batched GEMMs, block
-# composition); alone they are library calls.
-FUSIBLE_DOTS = frozenset({"bmm.default", "mm.default", "addmm.default"})
 
 
 def node_kind(node: Node) -> str:

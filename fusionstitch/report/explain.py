@@ -43,6 +43,8 @@ class Report:
     strategy: str
     target: str
     graphs: list[GraphReport] = field(default_factory=list)
+    # why_not_fused's reachability per graph, built once (a cache, not a result)
+    _reach: dict = field(default_factory=dict, repr=False, compare=False)
 
     num_ops = property(lambda self: sum(g.num_ops for g in self.graphs))
     num_kernels = property(lambda self: sum(g.num_kernels for g in self.graphs))
@@ -52,8 +54,8 @@ class Report:
 
     def why_not_fused(self, a: str, b: str) -> str:
         """Why IR nodes %a and %b (of one graph) are not in one kernel, in words."""
+        from ..analysis.reach import Reachability
         from ..fusion.legality import check_group
-        from ..fusion.patterns import Legality
         for g in self.graphs:
             plan = g.plan
             if plan is None or a not in plan.graph or b not in plan.graph:
@@ -63,9 +65,11 @@ class Report:
                 return f"%{a} or %{b} is an input of the plan (parameter or constant)"
             if ga.id == gb.id:
                 return f"%{a} and %{b} are fused: both in group #{ga.id} ({ga.composition})"
-            leg = Legality(plan.graph, batched_gemms=self.strategy == "stitch")
-            d = check_group(plan.graph, set(ga.nodes) | set(gb.nodes), leg.reach,
-                            batched_gemms=leg.batched_gemms)
+            reach = self._reach.get(g.name)
+            if reach is None or reach.graph is not plan.graph:
+                reach = self._reach[g.name] = Reachability(plan.graph)
+            d = check_group(plan.graph, set(ga.nodes) | set(gb.nodes), reach,
+                            batched_gemms=self.strategy == "stitch")
             if not d:
                 return f"%{a} (group #{ga.id}) and %{b} (group #{gb.id}) cannot fuse: {d.reason}"
             return (f"%{a} (group #{ga.id}) and %{b} (group #{gb.id}) could fuse, but the "

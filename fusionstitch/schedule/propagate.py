@@ -43,7 +43,6 @@ _FULL_REDUCTIONS = {"sum.default", "mean.default", "max.default", "min.default",
 SIMPLE_REDUCTIONS = frozenset(_DIM_REDUCTIONS | _FULL_REDUCTIONS)
 # GEMMs a planner may compose into a kernel when small (legality decides "small").
 FUSIBLE_DOTS = frozenset({"bmm.default", "mm.default", "addmm.default"})
-BATCHED_DOTS = FUSIBLE_DOTS  # older name
 
 
 @dataclass(frozen=True)
