@@ -115,7 +115,7 @@ class CompiledGraph:
             if dump:
                 dump(f"{plan.strategy}_plan", plan)
             device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
-            return Specialisation(canon, plan, Program(plan, device), seconds)
+            return Specialisation(canon, plan, Program(plan, device, self.options.resolved_target()), seconds)
         except Unsupported as e:
             self.fallback_reason = str(e)
             log.warning("%s runs through torch unfused: %s", self.name, e)

@@ -24,6 +24,8 @@ def _register_planners() -> None:
 
 _register_planners()
 _warned: set[str] = set()
+# targets whose kernel groups become generated kernels (the others run plans through torch)
+CODEGEN_TARGETS = ("cuda", "interpret")
 
 
 def make_plan(graph: Graph, strategy: str, target: str) -> FusionPlan:
@@ -35,6 +37,9 @@ def make_plan(graph: Graph, strategy: str, target: str) -> FusionPlan:
                         strategy)
         planner = PLANNERS["none"]
     plan = planner(graph, target)
+    if target in CODEGEN_TARGETS:
+        from .codegen_legal import legalize
+        plan = legalize(plan)
     plan.validate()
     return plan
 

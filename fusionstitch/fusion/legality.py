@@ -26,6 +26,15 @@ SCATTER_OPS = frozenset({
 # (the 2019 paper's "large gemm" partition ops).
 MAX_FUSED_GEMM_DIM = 64
 
+# Targets whose code generator emits GEMMs inside fused kernels (tl.dot / a C++ tile loop).
+# None does yet: until one does, GEMMs stay library calls for every target, so that the
+# plan the planner picks is the plan that runs.
+GEMM_FUSING_TARGETS: frozenset[str] = frozenset()
+
+
+def gemms_fusible(target: str) -> bool:
+    return target in GEMM_FUSING_TARGETS
+
 
 @dataclass(frozen=True)
 class Decision:

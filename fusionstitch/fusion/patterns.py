@@ -51,8 +51,11 @@ PACK_MAX_OPS = MAX_PATTERN_OPS
 class Legality:
     """check_group with a memo, shared by all generators of one planning run."""
 
-    def __init__(self, graph: Graph, batched_gemms: bool = True):
+    def __init__(self, graph: Graph, batched_gemms: bool = True, lowerable: bool = False):
         self.graph = graph
+        # codegen targets: a pattern is legal only if the code generator can lower it
+        self.lowerable = lowerable
+        self.position = {n.name: i for i, n in enumerate(graph.nodes)}
         self.reach = Reachability(graph)
         self.batched_gemms = batched_gemms
         self.memo: dict[frozenset, Decision] = {}
@@ -69,11 +72,30 @@ class Legality:
             else:
                 d = check_group(self.graph, key, self.reach, batched_gemms=self.batched_gemms,
                                 assume_fusible=True)
+                if d and self.lowerable and len(key) > 1:
+                    d = self._lowers(key)
             self.memo[key] = d
             if not d and log.isEnabledFor(logging.DEBUG):
                 log.debug("rejected pattern of %d ops (%s): %s", len(key),
                           " ".join(sorted(key)[:6]), d.reason)
         return d
+
+
+    def _lowers(self, key) -> Decision:
+        from ..codegen.lower import Unsupported, lower_cached
+        from ..codegen.lowerings import SUPPORTED_OPS
+        graph = self.graph
+        missing = next((n for n in key if graph[n].op not in SUPPORTED_OPS), None)
+        if missing is not None:
+            return Decision.forbid(f"the code generator has no rule for "
+                                   f"{graph[missing].op} (%{missing})")
+        if not any(graph[n].op in SIMPLE_REDUCTIONS for n in key):
+            return Decision.allow()   # pointwise groups with known ops always lower
+        try:
+            lower_cached(self.graph, sorted(key, key=self.position.__getitem__))
+        except Unsupported as e:
+            return Decision.forbid(f"the code generator cannot lower it: {e}")
+        return Decision.allow()
 
 
 def _reduction_kind(graph: Graph, name: str) -> str | None:

@@ -33,6 +33,7 @@ from ..ir.graph import Graph
 from ..schedule.compose import composition
 from ..schedule.propagate import group_spaces
 from . import ilp
+from .legality import gemms_fusible
 from .patterns import Legality, candidate_patterns
 from .plan import (FREE, KERNEL, LIBRARY, FusionPlan, is_input, node_kind, plan_from_groups,
                    quotient)
@@ -118,7 +119,9 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
                 time_limit: float = ilp.DEFAULT_TIME_LIMIT_S) -> FusionPlan:
     stages: dict[str, float] = {}
     t = time.perf_counter()
-    leg = Legality(graph, batched_gemms=True)
+    from . import CODEGEN_TARGETS
+    leg = Legality(graph, batched_gemms=gemms_fusible(target),
+                   lowerable=target in CODEGEN_TARGETS)
     candidates = candidate_patterns(leg, packing=False)
     stages["candidates"] = time.perf_counter() - t
 

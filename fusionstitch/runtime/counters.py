@@ -1,7 +1,8 @@
 """Process-wide counters behind `fusionstitch.stats()` (see DESIGN.md)."""
 from __future__ import annotations
 
-_KEYS = ("kernels_launched", "library_calls", "compiles", "cache_hits", "fallbacks")
+_KEYS = ("kernels_launched", "library_calls", "compiles", "cache_hits", "fallbacks",
+         "kernels_compiled")
 _COUNTERS: dict[str, int] = dict.fromkeys(_KEYS, 0)
 
 

@@ -49,8 +49,10 @@ def _fill(template: Any, values: list) -> Any:
 class Program:
     """A compiled plan for one concrete input signature."""
 
-    def __init__(self, plan: FusionPlan, device: torch.device | None = None):
+    def __init__(self, plan: FusionPlan, device: torch.device | None = None,
+                 target: str = "torch"):
         self.plan = plan
+        self.target = target
         graph = plan.graph
         self.device = device or torch.device("cpu")
         slot_of = {n.name: i for i, n in enumerate(graph.nodes)}
@@ -71,8 +73,15 @@ class Program:
         for value, user in last_use.items():
             if value not in keep:
                 dead_after.setdefault(user, []).append(slot_of[value])
+        kernels = compile_kernels(plan, target, slot_of, self.device)
+        self.kernel_steps = kernels
         steps = []
         for g in plan.groups:
+            step = kernels.get(g.id)
+            if step is not None:
+                dead = [d for name in g.nodes for d in dead_after.get(name, ())]
+                steps.append(("generated", (step, dead)))
+                continue
             ops = []
             for name in g.nodes:
                 node = graph[name]
@@ -103,6 +112,13 @@ class Program:
             values[slot] = t
         kernels = library = 0
         for kind, ops in self.steps:
+            if kind == "generated":
+                step, dead = ops
+                step(values)
+                for d in dead:
+                    values[d] = None
+                kernels += 1
+                continue
             for slot, fn, args, kwargs, dead in ops:
                 values[slot] = fn(*_fill(args, values), **{k: _fill(v, values)
                                                          for k, v in kwargs.items()})
@@ -121,3 +137,28 @@ class Program:
 
 def _getitem(seq, index):
     return seq[index]
+
+
+def compile_kernels(plan: FusionPlan, target: str, slot_of: dict[str, int],
+                    device: torch.device) -> dict:
+    """Generated kernels of the plan's kernel groups, by group id (empty for torch)."""
+    from ..fusion import CODEGEN_TARGETS
+    if target not in CODEGEN_TARGETS:
+        return {}
+    from ..codegen.lower import lower_cached
+    from ..ir.graph import TupleType
+    from .launch import KernelStep
+    graph = plan.graph
+    lowered = [(g, lower_cached(graph, g.nodes))
+               for g in plan.groups if g.kind == KERNEL]
+    if not lowered:
+        return {}
+    if target == "cpu":
+        from ..codegen.cpu import compile_cpu
+        runs = compile_cpu([k for _, k in lowered])
+    else:
+        from ..codegen.triton import TritonKernel
+        runs = [TritonKernel(k, interpret=(target == "interpret")) for _, k in lowered]
+    arity = {n.name: len(n.type.elements) for n in graph.nodes if isinstance(n.type, TupleType)}
+    return {g.id: KernelStep(k, run, slot_of, arity, device)
+            for (g, k), run in zip(lowered, runs)}

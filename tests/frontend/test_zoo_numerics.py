@@ -28,12 +28,15 @@ def _strict(monkeypatch):
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("strategy", ["none", "stitch"])
+# target "interpret": the generated Triton kernels, run by Triton's interpreter on CPU
+@pytest.mark.parametrize("strategy,target", [("none", "auto"), ("stitch", "auto"),
+                                             ("stitch", "interpret")])
 @pytest.mark.parametrize("name", W.names())
-def test_zoo_matches_eager(name, strategy):
+def test_zoo_matches_eager(name, strategy, target):
     eager, compiled = W.make(name, "small"), W.make(name, "small")
     ref = W.step(eager)
-    fn = torch.compile(compiled.fn, backend=fusionstitch.backend(strategy=strategy))
+    fn = torch.compile(compiled.fn, backend=fusionstitch.backend(strategy=strategy,
+                                                                 target=target))
     fusionstitch.reset_stats()
     got = W.step(compiled, fn)
     launched = fusionstitch.stats()
@@ -48,7 +51,7 @@ def test_zoo_matches_eager(name, strategy):
     # the plan is executed as planned: one compiled step launches what explain() plans
     fresh = W.make(name, "small")
     with torch.no_grad() if fresh.workload.mode == "inference" else contextlib.nullcontext():
-        rep = fusionstitch.explain(fresh.fn, *fresh.args, strategy=strategy)
+        rep = fusionstitch.explain(fresh.fn, *fresh.args, strategy=strategy, target=target)
     assert launched["kernels_launched"] == rep.num_kernels, name
     assert launched["library_calls"] == rep.num_library_calls, name
     assert rep.num_ops >= rep.num_kernels + rep.num_library_calls

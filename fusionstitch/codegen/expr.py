@@ -1,0 +1,275 @@
+"""Index expressions: small integer expression trees shared by every code generator.
+
+An index expression is built from the loop variables of a kernel (`x`: the
+output point a lane computes, `r`: the position inside a reduction), integer
+constants, size parameters (`Sym`: a size or stride passed at run time, so one
+compiled kernel serves every batch size) and loaded index values (`Value`: an
+int64 variable of the kernel body, for gathers and embeddings).
+
+Expressions are immutable and hashable; constructors fold the trivial cases
+(`e*1`, `e+0`, `0//s`, ...) and `Digit` remembers where an unravelled index
+came from so that ravelling it again gives the original expression back
+(the rule that lets a reduction's result be read "at the same row").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class Expr:
+    __slots__ = ()
+
+    def __add__(self, other) -> "Expr":
+        return add(self, lift(other))
+
+    def __mul__(self, other) -> "Expr":
+        return mul(self, lift(other))
+
+    def __floordiv__(self, other) -> "Expr":
+        return floordiv(self, lift(other))
+
+    def __mod__(self, other) -> "Expr":
+        return mod(self, lift(other))
+
+
+@dataclass(frozen=True)
+class Var(Expr):
+    name: str            # "x" or "r"
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: int
+
+
+@dataclass(frozen=True)
+class Sym(Expr):
+    """A run-time integer parameter of the kernel (a size or a stride)."""
+    name: str
+    value: int           # the value at lowering time (for folding decisions only)
+
+
+@dataclass(frozen=True)
+class Value(Expr):
+    """An integer variable of the kernel body used as an index (gather, embedding)."""
+    var: str
+
+
+@dataclass(frozen=True)
+class Add(Expr):
+    terms: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Mul(Expr):
+    factors: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class FloorDiv(Expr):
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True)
+class Mod(Expr):
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True)
+class Digit(Expr):
+    """Digit k of `base` unravelled over `sizes` (row-major): (base // inner) % sizes[k]."""
+    base: Expr
+    sizes: tuple[Expr, ...]
+    k: int
+
+    def expand(self) -> Expr:
+        inner = product(self.sizes[self.k + 1:])
+        q = floordiv(self.base, inner)
+        return q if self.k == 0 else mod(q, self.sizes[self.k])
+
+
+ZERO, ONE = Const(0), Const(1)
+
+
+def lift(v) -> Expr:
+    return v if isinstance(v, Expr) else Const(int(v))
+
+
+def static_value(e: Expr) -> int | None:
+    """The value of a constant expression (Const), else None. Syms are not constant."""
+    return e.value if isinstance(e, Const) else None
+
+
+def add(*terms: Expr) -> Expr:
+    flat: list[Expr] = []
+    const = 0
+    for t in terms:
+        parts = t.terms if isinstance(t, Add) else (t,)
+        for p in parts:
+            if isinstance(p, Const):
+                const += p.value
+            else:
+                flat.append(p)
+    if const:
+        flat.append(Const(const))
+    if not flat:
+        return ZERO
+    return flat[0] if len(flat) == 1 else Add(tuple(flat))
+
+
+def mul(*factors: Expr) -> Expr:
+    flat: list[Expr] = []
+    const = 1
+    for f in factors:
+        parts = f.factors if isinstance(f, Mul) else (f,)
+        for p in parts:
+            if isinstance(p, Const):
+                const *= p.value
+            else:
+                flat.append(p)
+    if const == 0:
+        return ZERO
+    if const != 1:
+        flat.insert(0, Const(const))
+    if not flat:
+        return ONE
+    return flat[0] if len(flat) == 1 else Mul(tuple(flat))
+
+
+def floordiv(a: Expr, b: Expr) -> Expr:
+    if isinstance(b, Const) and b.value == 1:
+        return a
+    if isinstance(a, Const) and a.value == 0:
+        return ZERO
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value // b.value)
+    return FloorDiv(a, b)
+
+
+def mod(a: Expr, b: Expr) -> Expr:
+    if isinstance(b, Const) and b.value == 1:
+        return ZERO
+    if isinstance(a, Const) and a.value == 0:
+        return ZERO
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value % b.value)
+    return Mod(a, b)
+
+
+def product(sizes) -> Expr:
+    return mul(*sizes) if sizes else ONE
+
+
+def unravel(base: Expr, sizes: tuple[Expr, ...]) -> tuple[Expr, ...]:
+    """Row-major multi-index of a linear index; size-1 dims give 0."""
+    out = []
+    for k, s in enumerate(sizes):
+        if isinstance(s, Const) and s.value == 1:
+            out.append(ZERO)
+        elif len(sizes) == 1:
+            out.append(base)
+        else:
+            out.append(Digit(base, tuple(sizes), k))
+    return tuple(out)
+
+
+def ravel(index: tuple[Expr, ...], sizes: tuple[Expr, ...]) -> Expr:
+    """Linear row-major index; gives `base` back for a complete `unravel(base, sizes)`."""
+    digits = [e for e in index if isinstance(e, Digit)]
+    if digits and len({(d.base, d.sizes) for d in digits}) == 1:
+        d0 = digits[0]
+        if _same_sizes(d0.sizes, sizes) and all(
+                (isinstance(e, Digit) and e.k == k) or
+                (isinstance(e, Const) and e.value == 0 and _is_unit(sizes[k]))
+                for k, e in enumerate(index)):
+            return d0.base
+    terms = []
+    for k, e in enumerate(index):
+        terms.append(mul(e, product(sizes[k + 1:])))
+    return add(*terms)
+
+
+def _is_unit(e: Expr) -> bool:
+    return isinstance(e, Const) and e.value == 1
+
+
+def _same_sizes(a, b) -> bool:
+    return len(a) == len(b) and all(x == y for x, y in zip(a, b))
+
+
+def free_vars(e: Expr) -> set[str]:
+    """Loop variables and index values an expression reads."""
+    if isinstance(e, Var):
+        return {e.name}
+    if isinstance(e, Value):
+        return {e.var}
+    if isinstance(e, (Const, Sym)):
+        return set()
+    if isinstance(e, Add):
+        return set().union(*(free_vars(t) for t in e.terms))
+    if isinstance(e, Mul):
+        return set().union(*(free_vars(t) for t in e.factors))
+    if isinstance(e, (FloorDiv, Mod)):
+        return free_vars(e.a) | free_vars(e.b)
+    if isinstance(e, Digit):
+        return free_vars(e.base) | set().union(*(free_vars(s) for s in e.sizes))
+    raise TypeError(e)
+
+
+def syms(e: Expr) -> set[Sym]:
+    if isinstance(e, Sym):
+        return {e}
+    if isinstance(e, Add):
+        return set().union(*(syms(t) for t in e.terms))
+    if isinstance(e, Mul):
+        return set().union(*(syms(t) for t in e.factors))
+    if isinstance(e, (FloorDiv, Mod)):
+        return syms(e.a) | syms(e.b)
+    if isinstance(e, Digit):
+        return syms(e.base) | set().union(*(syms(s) for s in e.sizes))
+    return set()
+
+
+def to_source(e: Expr, floordiv_op: str = "//", names: dict[str, str] | None = None) -> str:
+    """Source text of an expression; `floordiv_op` is `//` (Python, Triton) or `/` (C).
+
+    Operands are never negative, so C's truncating division agrees with floor division.
+    `names` renames loop variables (e.g. {"x": "x_idx"}).
+    """
+    names = names or {}
+
+    def go(e: Expr) -> str:
+        if isinstance(e, Var):
+            return names.get(e.name, e.name)
+        if isinstance(e, Value):
+            return e.var
+        if isinstance(e, Const):
+            return str(e.value) if e.value >= 0 else f"({e.value})"
+        if isinstance(e, Sym):
+            return e.name
+        if isinstance(e, Add):
+            return "(" + " + ".join(go(t) for t in e.terms) + ")"
+        if isinstance(e, Mul):
+            return "(" + " * ".join(go(f) for f in e.factors) + ")"
+        if isinstance(e, FloorDiv):
+            return f"({go(e.a)} {floordiv_op} {go(e.b)})"
+        if isinstance(e, Mod):
+            return f"({go(e.a)} % {go(e.b)})"
+        if isinstance(e, Digit):
+            return go(e.expand())
+        raise TypeError(e)
+
+    s = go(e)
+    return s[1:-1] if s.startswith("(") and _balanced(s[1:-1]) else s
+
+
+def _balanced(s: str) -> bool:
+    depth = 0
+    for ch in s:
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth < 0:
+            return False
+    return depth == 0

@@ -1,0 +1,188 @@
+"""The kernel IR: what one fusion group computes, independent of the target.
+
+Lowering (`codegen/lower.py`) turns a kernel group of a FusionPlan into a
+`Kernel`; each target prints it (`codegen/triton.py` for GPUs and Triton's
+interpreter, `codegen/cpu.py` for C++). A Kernel is a small readable value:
+
+    Kernel
+      buffers     inputs (read through strides passed at run time) and outputs
+                  (contiguous, allocated by the runtime)
+      syms        integer parameters (sizes, strides) passed at every launch: the
+                  source never holds a size, so a new batch size reuses it
+      components  one per independent part (kernel packing: each gets its own
+                  range of programs / its own parallel loop)
+
+    Component (the paper's template, [GRID, BLOCK] with S)
+      kind "flat"    grid over x in [0, xnumel); `body` computes and stores
+      kind "reduce"  grid over x in [0, xnumel); for each x, `loops` run r over
+                     [0, rnumel) in order, each producing `Reduce` results that
+                     later loops and the epilogue (`body`) read per x
+
+Statements are SSA over named variables. Every variable has a compute dtype
+(IR names: f32, f64, i64, i32, b8, ...); half types appear only as the dtype
+of a `Load` result or of a value cast right before a `Store`. Two variables
+exist without a statement: `xmask` (x < xnumel) and, inside loops, `rmask`
+(r < rnumel); masks of loads and stores are variable names or None.
+
+Elementwise ops (`Op.op`), with their arity:
+    1: neg abs exp exp2 log log2 log1p expm1 sqrt rsqrt sin cos tan tanh sigmoid
+       erf floor ceil round trunc sign reciprocal not bitwise_not isnan isinf cast
+    2: add sub mul truediv floordiv remainder fmod pow maximum minimum
+       eq ne lt le gt ge and or xor bitwise_and bitwise_or bitwise_xor
+       lshift rshift
+    3: where (cond, a, b)
+`cast` converts its argument to `Op.dtype`; every other op computes in `Op.dtype`,
+its arguments already having that dtype (comparisons: arguments share a dtype,
+the result is b8). `maximum`/`minimum` propagate NaN as torch does.
+
+Reductions (`Reduce.kind`): sum max min prod (max/min propagate NaN; an empty
+reduction gives 0 for sum, 1 for prod, and max/min never see one).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from .expr import Expr, Sym, to_source
+
+UNARY = frozenset("neg abs exp exp2 log log2 log1p expm1 sqrt rsqrt sin cos tan tanh sigmoid "
+                  "erf floor ceil round trunc sign reciprocal not bitwise_not isnan isinf "
+                  "cast".split())
+BINARY = frozenset("add sub mul truediv floordiv remainder fmod pow maximum minimum eq ne lt "
+                   "le gt ge and or xor bitwise_and bitwise_or bitwise_xor lshift rshift".split())
+TERNARY = frozenset({"where"})
+COMPARISONS = frozenset("eq ne lt le gt ge".split())
+REDUCTIONS = frozenset({"sum", "max", "min", "prod"})
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A kernel argument that points at memory."""
+
+    name: str                  # parameter name in the kernel: in0, in1, out0, ...
+    value: str                 # the IR value it holds
+    element: int | None        # tuple element of that value (multi-result ops), else None
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[Expr, ...]  # per dim: Sym (inputs, run time) or contiguous (outputs)
+    is_output: bool
+
+
+@dataclass(frozen=True)
+class Load:
+    var: str
+    buffer: str
+    index: Expr                # element offset (strides applied)
+    mask: str | None
+    dtype: str                 # the buffer's dtype
+
+
+@dataclass(frozen=True)
+class Index:
+    var: str
+    index: Expr                # an index expression as an integer value (Kernel.index_dtype)
+
+
+@dataclass(frozen=True)
+class Constant:
+    var: str
+    value: Union[int, float, bool]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Op:
+    var: str
+    op: str
+    args: tuple[str, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Store:
+    buffer: str
+    index: Expr
+    value: str                 # a variable of the buffer's dtype
+    mask: str | None
+
+
+@dataclass(frozen=True)
+class Reduce:
+    var: str                   # the result, visible after the loop (one value per x)
+    kind: str
+    value: str                 # the per-(x, r) variable reduced over r
+    dtype: str
+
+
+Stmt = Union[Load, Index, Constant, Op, Store, Reduce]
+
+
+@dataclass(frozen=True)
+class Loop:
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class Component:
+    kind: str                  # "flat" | "reduce"
+    xnumel: Expr
+    rnumel: Expr
+    loops: tuple[Loop, ...]
+    body: tuple[Stmt, ...]     # flat: everything; reduce: the per-x epilogue
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    buffers: tuple[Buffer, ...]
+    syms: tuple[Sym, ...]      # in parameter order
+    components: tuple[Component, ...]
+    index_dtype: str = "i32"   # i64 when some buffer has 2**31 elements or more
+    # how to get each sym's value at launch: ("const", value) or ("stride", buffer, dim)
+    bindings: tuple[tuple[str, tuple], ...] = field(default=(), compare=False)
+
+    @property
+    def inputs(self) -> tuple[Buffer, ...]:
+        return tuple(b for b in self.buffers if not b.is_output)
+
+    @property
+    def outputs(self) -> tuple[Buffer, ...]:
+        return tuple(b for b in self.buffers if b.is_output)
+
+
+def stmt_text(s: Stmt) -> str:
+    if isinstance(s, Load):
+        m = f", mask={s.mask}" if s.mask else ""
+        return f"{s.var}: {s.dtype} = load {s.buffer}[{to_source(s.index)}]{m}"
+    if isinstance(s, Index):
+        return f"{s.var}: index = {to_source(s.index)}"
+    if isinstance(s, Constant):
+        return f"{s.var}: {s.dtype} = {s.value!r}"
+    if isinstance(s, Op):
+        return f"{s.var}: {s.dtype} = {s.op}({', '.join(s.args)})"
+    if isinstance(s, Store):
+        m = f", mask={s.mask}" if s.mask else ""
+        return f"store {s.buffer}[{to_source(s.index)}] = {s.value}{m}"
+    if isinstance(s, Reduce):
+        return f"{s.var}: {s.dtype} = reduce_{s.kind}({s.value}) over r"
+    raise TypeError(s)
+
+
+def kernel_text(k: Kernel) -> str:
+    """A readable listing of the kernel IR (debug dumps, tests)."""
+    lines = [f"kernel {k.name}({', '.join(b.name for b in k.buffers)}; "
+             f"{', '.join(s.name for s in k.syms)}) index {k.index_dtype}"]
+    for b in k.buffers:
+        role = "out" if b.is_output else "in"
+        el = f".{b.element}" if b.element is not None else ""
+        lines.append(f"  {role} {b.name} = %{b.value}{el}: {b.dtype}{list(b.shape)}")
+    for i, c in enumerate(k.components):
+        lines.append(f"  component {i}: {c.kind} x < {to_source(c.xnumel)}"
+                     + (f", r < {to_source(c.rnumel)}" if c.kind == "reduce" else ""))
+        for j, loop in enumerate(c.loops):
+            lines.append(f"    loop {j} over r:")
+            lines.extend("      " + stmt_text(s) for s in loop.body)
+        if c.loops:
+            lines.append("    per x:")
+        lines.extend("    " + ("  " if c.loops else "") + stmt_text(s) for s in c.body)
+    return "\n".join(lines)

@@ -1,0 +1,462 @@
+"""Lowering: one kernel group of a FusionPlan -> a target-independent `Kernel`.
+
+Every op is a function from an index to a value (XLA's loop fusion, Inductor's
+loop-level IR): a consumer asks for its operand at some multi-index, views and
+broadcasts only rewrite that index, elementwise ops combine their operands'
+values there, and values from outside the group are loads through strides. A
+value is computed where it is read (registers), once per (value, index, mask)
+and scope, so recomputation happens only across loops (the paper's size
+shrinking: a long row is looped over, never kept on chip whole).
+
+A component with reductions becomes a "reduce" component: reductions are
+layered (a reduction that reads another one runs in a later loop over the row),
+per-element outputs are stored by a last loop and per-row outputs after the
+loops. A reduction's result may only be read at its own row (index x); a group
+that would read it elsewhere is not generated (`Unsupported`), and the planner
+leaves it split.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+from ..ir.graph import CONSTANT, PARAMETER, Graph, TensorType, TupleType
+from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, _numel, components,
+                                  component_space, escaping_values)
+from . import expr as E
+from .kernel import Buffer, Component, Constant, Index, Kernel, Load, Loop, Op, Store
+
+INT32_LIMIT = 2**31 - 1
+HALF = frozenset({"f16", "bf16"})
+
+
+class Unsupported(Exception):
+    """The group cannot be generated; the message names the op and why."""
+
+
+def compute_dtype(dtype: str) -> str:
+    """Half types compute in fp32 (loaded up, stored down); others as they are."""
+    return "f32" if dtype in HALF else dtype
+
+
+@dataclass
+class _Scope:
+    stmts: list = field(default_factory=list)
+    memo: dict = field(default_factory=dict)
+
+
+class Lowerer:
+    """Builds one Kernel; op rules (`lowerings.py`) call back into it."""
+
+    def __init__(self, graph: Graph, names, kernel_name: str):
+        self.graph = graph
+        self.members = set(names)
+        self.order = [n for n in names]
+        self.name = kernel_name
+        self.escaping = escaping_values(graph, names)
+        self.inputs: dict[tuple, Buffer] = {}
+        self.outputs: list[Buffer] = []
+        self.syms: dict[str, E.Sym] = {}
+        self.bindings: dict[str, tuple] = {}
+        self.dtype_of: dict[str, str] = {"xmask": "b8", "rmask": "b8"}
+        self.counter = 0
+        self.scope = _Scope()
+        self.mask: str | None = "xmask"
+        self.reduced: dict[tuple, str] = {}     # (node, element) -> per-x result var
+        self.in_loop = False
+        self.single_row = False
+        self.canonical = None
+        big = max((_numel(graph[n].type) for n in names), default=0)
+        self.index_dtype = "i64" if big > INT32_LIMIT else "i32"
+
+    # -- names, syms, buffers -------------------------------------------------------
+    def fresh(self, prefix: str = "v") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def size(self, v: int) -> E.Expr:
+        """A size as an expression: 0 and 1 stay constants (they decide broadcasting)."""
+        if v in (0, 1):
+            return E.Const(v)
+        name = f"ks{v}"
+        sym = self.syms.get(name)
+        if sym is None:
+            sym = self.syms[name] = E.Sym(f"ks{len(self.syms)}", v)
+            self.bindings[sym.name] = ("const", v)
+        return sym
+
+    def sizes(self, shape) -> tuple[E.Expr, ...]:
+        return tuple(self.size(d) for d in shape)
+
+    def input_buffer(self, value: str, element: int | None, t: TensorType) -> Buffer:
+        key = (value, element)
+        buf = self.inputs.get(key)
+        if buf is None:
+            name = f"in{len(self.inputs)}"
+            strides = []
+            for d, n in enumerate(t.shape):
+                if n == 1:
+                    strides.append(E.ZERO)
+                    continue
+                s = E.Sym(f"{name}_s{d}", 0)
+                self.syms[s.name] = s
+                self.bindings[s.name] = ("stride", name, d)
+                strides.append(s)
+            buf = self.inputs[key] = Buffer(name, value, element, t.dtype, t.shape,
+                                            tuple(strides), False)
+        return buf
+
+    def output_buffer(self, value: str, element: int | None, t: TensorType) -> Buffer:
+        sizes = self.sizes(t.shape)
+        strides = tuple(E.product(sizes[d + 1:]) for d in range(len(sizes)))
+        buf = Buffer(f"out{len(self.outputs)}", value, element, t.dtype, t.shape, strides, True)
+        self.outputs.append(buf)
+        return buf
+
+    # -- statements ------------------------------------------------------------------
+    def emit(self, stmt, key=None) -> str:
+        if key is not None:
+            hit = self.scope.memo.get(key)
+            if hit is not None:
+                return hit
+        self.scope.stmts.append(stmt)
+        var = getattr(stmt, "var", None)
+        if key is not None and var is not None:
+            self.scope.memo[key] = var
+        return var
+
+    def const(self, value, dtype: str) -> str:
+        dtype = compute_dtype(dtype)
+        if dtype == "b8":
+            value = bool(value)
+        elif not dtype.startswith("f"):
+            value = int(value)
+        else:
+            value = float(value)
+        key = ("const", repr(value), dtype)
+        var = self.emit(Constant(self.fresh("c"), value, dtype), key)
+        self.dtype_of[var] = dtype
+        return var
+
+    def op(self, op: str, args, dtype: str) -> str:
+        args = tuple(args)
+        var = self.emit(Op(self.fresh(), op, args, dtype), ("op", op, args, dtype))
+        self.dtype_of[var] = dtype
+        return var
+
+    def cast(self, var: str, dtype: str) -> str:
+        dtype = compute_dtype(dtype)
+        if self.dtype_of[var] == dtype:
+            return var
+        return self.op("cast", (var,), dtype)
+
+    def index(self, e: E.Expr) -> str:
+        var = self.emit(Index(self.fresh("i"), e), ("index", e))
+        self.dtype_of[var] = "i64"
+        return var
+
+    def load(self, buf: Buffer, idx: tuple[E.Expr, ...]) -> str:
+        offset = E.add(*(E.mul(i, s) for i, s in zip(idx, buf.strides)))
+        var = self.emit(Load(self.fresh("ld"), buf.name, offset, self.mask, buf.dtype),
+                        ("load", buf.name, offset, self.mask))
+        self.dtype_of[var] = buf.dtype
+        return self.cast(var, compute_dtype(buf.dtype))
+
+    @contextlib.contextmanager
+    def masked(self, cond: str | None):
+        """Evaluate under `cond` too (a branch of a concat or pad): loads stay in bounds."""
+        saved = self.mask
+        if cond is not None:
+            self.mask = cond if saved is None else self.op("and", (saved, cond), "b8")
+        try:
+            yield
+        finally:
+            self.mask = saved
+
+    # -- values ----------------------------------------------------------------------
+    def value(self, name: str, idx: tuple[E.Expr, ...], element: int | None = None) -> str:
+        """The value of node `name` (tuple element `element`) at multi-index `idx`."""
+        node = self.graph[name]
+        t = node.type if element is None else node.type.elements[element]
+        if name not in self.members or node.op in (PARAMETER, CONSTANT):
+            return self.load(self.input_buffer(name, element, t), idx)
+        if node.op in SIMPLE_REDUCTIONS:
+            return self.reduction_result(name, idx, element)
+        key = ("value", name, element, idx, self.mask)
+        hit = self.scope.memo.get(key)
+        if hit is not None:
+            return hit
+        from .lowerings import lower_node
+        var = lower_node(self, node, idx, element)
+        self.scope.memo[key] = var
+        return var
+
+    def reduction_result(self, name: str, idx, element) -> str:
+        node = self.graph[name]
+        t = node.type if element is None else node.type.elements[element]
+        entry = self.reduced.get((name, element))
+        if entry is None:
+            raise Unsupported(f"%{name} ({node.op}) is read before its loop ran")
+        flat = E.ravel(*_strip(idx, self.sizes(t.shape)))
+        at_row = flat == E.Var("x") or (self.single_row and isinstance(flat, E.Const))
+        if not at_row:
+            raise Unsupported(f"%{name} ({node.op}) is read at another row than its own "
+                              f"(index {E.to_source(flat)})")
+        var, _, finish = entry
+        if finish is None:
+            return var
+        key = ("finish", name, element)
+        hit = self.scope.memo.get(key)
+        if hit is None:
+            hit = self.scope.memo[key] = finish(self, var)
+        return hit
+
+
+def _strip(idx, sizes):
+    """Drop size-1 dims (their index is 0) so that unravel/ravel pairs match."""
+    keep = [k for k, s in enumerate(sizes) if not (isinstance(s, E.Const) and s.value == 1)]
+    return tuple(idx[k] for k in keep), tuple(sizes[k] for k in keep)
+
+
+def unravel_shape(L: Lowerer, base: E.Expr, shape) -> tuple[E.Expr, ...]:
+    """Multi-index of linear index `base` in `shape` (size-1 dims give 0)."""
+    sizes = L.sizes(shape)
+    live = [k for k, d in enumerate(shape) if d != 1]
+    digits = E.unravel(base, tuple(sizes[k] for k in live))
+    out = [E.ZERO] * len(shape)
+    for k, d in zip(live, digits):
+        out[k] = d
+    return tuple(out)
+
+
+def _tensor_parts(L: Lowerer, name: str):
+    t = L.graph[name].type
+    if isinstance(t, TupleType):
+        return [(i, e) for i, e in enumerate(t.elements) if e is not None]
+    return [(None, t)]
+
+
+def _store(L: Lowerer, name: str, element, t: TensorType, idx) -> None:
+    buf = L.output_buffer(name, element, t)
+    var = L.value(name, idx, element)
+    var = L.op("cast", (var,), t.dtype) if L.dtype_of[var] != t.dtype else var
+    offset = E.add(*(E.mul(i, s) for i, s in zip(idx, buf.strides)))
+    L.scope.stmts.append(Store(buf.name, offset, var, L.mask))
+
+
+def _lower_flat(L: Lowerer, names: list[str], numel: int) -> Component:
+    L.scope = _Scope()
+    L.mask = "xmask"
+    x = E.Var("x")
+    for name in names:
+        if name not in L.escaping:
+            continue
+        for element, t in _tensor_parts(L, name):
+            if t.numel == 0:
+                continue
+            idx = unravel_shape(L, x, t.shape)
+            cond = None
+            if t.numel < numel:
+                cond = L.op("lt", (L.index(x), L.index(L.size(t.numel))), "b8")
+            with L.masked(cond):
+                _store(L, name, element, t, idx)
+    return Component("flat", L.size(numel), E.ONE, (), tuple(L.scope.stmts))
+
+
+# The identity each reduction starts from (masked lanes contribute it).
+_IDENTITY = {"sum": 0, "prod": 1, "max": float("-inf"), "min": float("inf")}
+
+
+def _levels(L: Lowerer, reductions: list[str]) -> dict[str, int]:
+    """Loop level of each reduction: 1 + the deepest reduction it reads (var_mean takes 2)."""
+    level: dict[str, int] = {}
+    graph = L.graph
+
+    def deepest(name: str, seen: dict) -> int:
+        if name in seen:
+            return seen[name]
+        best = -1
+        for i in graph[name].inputs:
+            if i not in L.members or graph[i].op in (PARAMETER, CONSTANT):
+                continue
+            if graph[i].op in SIMPLE_REDUCTIONS:
+                best = max(best, visit(i))
+            else:
+                best = max(best, deepest(i, seen))
+        seen[name] = best
+        return best
+
+    def visit(name: str) -> int:
+        if name not in level:
+            lv = deepest(name, {}) + 1
+            level[name] = lv
+        last = level[name] + (1 if graph[name].op in _TWO_PASS else 0)
+        return last
+
+    for r in reductions:
+        visit(r)
+    return level
+
+
+_TWO_PASS = frozenset({"var_mean.correction", "var.correction", "var.dim", "std.correction"})
+
+
+def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
+    from .lowerings import reduction_loop_bodies
+    graph = L.graph
+    reductions = [n for n in names if graph[n].op in SIMPLE_REDUCTIONS]
+    levels = _levels(L, reductions)
+    L.single_row = space.blocks == 1
+    loops: list[Loop] = []
+    # every pass of a reduction, by level: (level, name, pass)
+    passes = []
+    for r in reductions:
+        for p in range(2 if graph[r].op in _TWO_PASS else 1):
+            passes.append((levels[r] + p, r, p))
+    depth = max((lv for lv, _, _ in passes), default=-1) + 1
+    for lv in range(depth):
+        L.scope = _Scope()
+        L.in_loop = True
+        L.mask = L.op("and", ("xmask", "rmask"), "b8")
+        results = []
+        for _, r, p in sorted(x for x in passes if x[0] == lv):
+            results.extend(reduction_loop_bodies(L, r, p))
+        loops.append(Loop(tuple(L.scope.stmts)))
+        for key, var, dtype, finish in results:
+            L.reduced[key] = (var, dtype, finish)
+            L.dtype_of[var] = dtype
+    # per-element outputs: one more loop; per-row outputs: after the loops
+    per_element = [(n, el, t) for n in names if n in L.escaping
+                   for el, t in _tensor_parts(L, n)
+                   if t.numel == space.numel and t.numel != space.blocks and t.numel]
+    if per_element:
+        L.scope = _Scope()
+        L.mask = L.op("and", ("xmask", "rmask"), "b8")
+        for n, el, t in per_element:
+            _store(L, n, el, t, element_index(L, space, t))
+        loops.append(Loop(tuple(L.scope.stmts)))
+    L.scope = _Scope()
+    L.in_loop = False
+    L.mask = "xmask"
+    done = {(n, el) for n, el, _ in per_element}
+    for n in names:
+        if n not in L.escaping:
+            continue
+        for el, t in _tensor_parts(L, n):
+            if (n, el) in done or t.numel == 0:
+                continue
+            if t.numel == space.blocks:
+                _store(L, n, el, t, unravel_shape(L, E.Var("x"), t.shape))
+            elif t.numel == 1:
+                with L.masked(L.op("eq", (L.index(E.Var("x")), L.index(E.ZERO)), "b8")):
+                    _store(L, n, el, t, (E.ZERO,) * len(t.shape))
+            else:
+                raise Unsupported(f"%{n} ({graph[n].op}) with {t.numel} elements is neither "
+                                  f"per-element nor per-row in {space}")
+    return Component("reduce", L.size(space.blocks), L.size(space.row), tuple(loops),
+                     tuple(L.scope.stmts))
+
+
+def element_index(L: Lowerer, space, t: TensorType) -> tuple[E.Expr, ...]:
+    """The multi-index in `t` of the space point (x, r).
+
+    A value shaped like the reduction input uses the reduction's own index; another
+    shape is split where its leading dims hold the rows (row schedule) or the reduced
+    part (column schedule); only then is it unravelled from the linear position."""
+    canon = L.canonical
+    if canon is not None and tuple(canon[0]) == tuple(t.shape):
+        return canonical_index(L, canon[0], canon[1])
+    x, r = E.Var("x"), E.Var("r")
+    shape = tuple(t.shape)
+    lead, trail = (space.blocks, space.row) if space.kind != "column" else \
+        (space.row, space.blocks)
+    prod = 1
+    for k in range(len(shape) + 1):
+        if prod == lead and _numel_of(shape[k:]) == trail:
+            head, tail = (x, r) if space.kind != "column" else (r, x)
+            return unravel_shape(L, head, shape[:k]) + unravel_shape(L, tail, shape[k:])
+        if k < len(shape):
+            prod *= shape[k]
+    if space.kind == "column":
+        flat = E.add(E.mul(r, L.size(space.blocks)), x)
+    else:
+        flat = E.add(E.mul(x, L.size(space.row)), r)
+    return unravel_shape(L, flat, t.shape)
+
+
+def _numel_of(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def canonical_index(L: Lowerer, shape, red_dims) -> tuple[E.Expr, ...]:
+    """Index of a reduction input at (x, r): x unravels over kept dims, r over reduced ones."""
+    kept = [d for d in range(len(shape)) if d not in red_dims]
+    xi = unravel_shape(L, E.Var("x"), [shape[d] for d in kept])
+    ri = unravel_shape(L, E.Var("r"), [shape[d] for d in red_dims])
+    idx = [E.ZERO] * len(shape)
+    for d, e in zip(kept, xi):
+        idx[d] = e
+    for d, e in zip(red_dims, ri):
+        idx[d] = e
+    return tuple(idx)
+
+
+def lower_group(graph: Graph, names, kernel_name: str) -> Kernel:
+    """The Kernel of one group; raises Unsupported with the reason."""
+    names = list(names)
+    L = Lowerer(graph, names, kernel_name)
+    comps = []
+    try:
+        for comp in components(graph, names):
+            space = component_space(graph, comp, L.escaping)
+            L.canonical = None
+            if space.kind == "flat":
+                comps.append(_lower_flat(L, comp, space.numel))
+            elif space.kind in ("row", "column", "general"):
+                from .lowerings import reduction_layout
+                L.canonical = reduction_layout(L, comp)
+                comps.append(_lower_reduce(L, comp, space))
+            else:
+                raise Unsupported(f"{space.kind} schedules (GEMMs inside a kernel) are not "
+                                  "generated yet")
+    except Inconsistent as e:
+        raise Unsupported(str(e)) from None
+    if not L.outputs:
+        raise Unsupported("the group produces no value")
+    syms = tuple(sorted(L.syms.values(), key=lambda s: (not s.name.startswith("ks"),
+                                                       _natural(s.name))))
+    return Kernel(kernel_name, tuple(L.inputs.values()) + tuple(L.outputs), syms,
+                  tuple(comps), L.index_dtype, tuple(sorted(L.bindings.items())))
+
+
+def _natural(name: str):
+    import re
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+_CACHE: dict[tuple, tuple] = {}
+_CACHE_MAX = 50_000
+
+
+def lower_cached(graph: Graph, names) -> Kernel:
+    """lower_group, remembered per (graph object, nodes): planning and the runtime share it.
+
+    Failures are remembered too (re-raised with the same message)."""
+    key = (id(graph), tuple(names))
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is graph:
+        if isinstance(hit[1], Unsupported):
+            raise Unsupported(str(hit[1]))
+        return hit[1]
+    if len(_CACHE) > _CACHE_MAX:
+        _CACHE.clear()
+    try:
+        k = lower_group(graph, names, "kernel")
+    except Unsupported as e:
+        _CACHE[key] = (graph, e)
+        raise
+    _CACHE[key] = (graph, k)
+    return k

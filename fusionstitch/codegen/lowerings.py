@@ -1,0 +1,579 @@
+"""Per-op lowering rules: each op as a function from an output index to a value.
+
+Three kinds of rules:
+- index maps (views, broadcasts, slices, concatenation, gathers): rewrite the
+  index and ask the operand for its value there;
+- elementwise ops: ask each operand at the (broadcast) index, promote, combine;
+- reductions (`reduction_loop_bodies`): the body of the loop over r and the
+  finishing step (mean's division, variance's correction) applied where read.
+An op without a rule raises Unsupported: its group is not generated.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+
+from ..ir.graph import GETITEM, Ref, TensorLiteral, TensorType, dtype_name
+from ..ir.ops import resolve_overload
+from ..schedule.propagate import SIMPLE_REDUCTIONS, _reduced_dims
+from . import expr as E
+from .lower import Lowerer, Unsupported, canonical_index, compute_dtype, unravel_shape
+
+
+# -- argument binding --------------------------------------------------------------
+@lru_cache(maxsize=None)
+def _schema(op: str):
+    return resolve_overload(op)._schema.arguments
+
+
+def bind(node) -> dict:
+    """The node's arguments by schema name, defaults filled in."""
+    out = {}
+    schema = _schema(node.op)
+    for a, v in zip(schema, node.args):
+        out[a.name] = v
+    kw = dict(node.kwargs)
+    for a in schema[len(node.args):]:
+        if a.name in kw:
+            out[a.name] = kw[a.name]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+        else:
+            out[a.name] = None
+    return out
+
+
+def _type(L: Lowerer, v):
+    if isinstance(v, Ref):
+        return L.graph[v.name].type
+    if isinstance(v, TensorLiteral):
+        return v.type
+    return None
+
+
+def _promote(L: Lowerer, args) -> str:
+    """torch's result type of two operands (tensors of any rank, literals, scalars)."""
+    vals = []
+    for a in args:
+        t = _type(L, a)
+        if isinstance(t, TensorType):
+            vals.append(torch.empty((1,) * len(t.shape), dtype=t.torch_dtype, device="meta"))
+        elif isinstance(a, (bool, int, float)):
+            vals.append(a)
+    if len(vals) == 1:
+        v = vals[0]
+        return dtype_name(v.dtype) if isinstance(v, torch.Tensor) else \
+            dtype_name(torch.result_type(torch.empty((), device="meta"), v))
+    if len(vals) != 2:
+        raise Unsupported(f"type promotion of {len(vals)} operands")
+    return dtype_name(torch.result_type(*vals))
+
+
+def broadcast_index(idx, out_shape, in_shape):
+    """Index of a broadcast operand (numpy rules: align right, size-1 dims read 0)."""
+    off = len(out_shape) - len(in_shape)
+    return tuple(E.ZERO if in_shape[d] == 1 else idx[d + off] for d in range(len(in_shape)))
+
+
+def operand(L: Lowerer, v, idx, out_shape, dtype: str) -> str:
+    """Value of argument `v` (Ref, literal tensor or scalar) at `idx`, as `dtype`."""
+    if isinstance(v, Ref):
+        t = L.graph[v.name].type
+        var = L.value(v.name, broadcast_index(idx, out_shape, t.shape))
+        return L.cast(var, dtype)
+    if isinstance(v, TensorLiteral):
+        if v.value.numel() != 1:
+            raise Unsupported("a literal tensor with more than one element")
+        return L.const(v.value.item(), dtype)
+    if isinstance(v, (bool, int, float)):
+        return L.const(v, dtype)
+    raise Unsupported(f"operand {v!r}")
+
+
+# -- elementwise ---------------------------------------------------------------------
+_UNARY = {
+    "abs.default": "abs", "neg.default": "neg", "exp.default": "exp", "exp2.default": "exp2",
+    "log.default": "log", "log2.default": "log2", "log1p.default": "log1p",
+    "expm1.default": "expm1", "sqrt.default": "sqrt", "rsqrt.default": "rsqrt",
+    "sin.default": "sin", "cos.default": "cos", "tan.default": "tan", "tanh.default": "tanh",
+    "sigmoid.default": "sigmoid", "erf.default": "erf", "floor.default": "floor",
+    "ceil.default": "ceil", "round.default": "round", "trunc.default": "trunc",
+    "sign.default": "sign", "reciprocal.default": "reciprocal",
+    "bitwise_not.default": "bitwise_not",
+}
+_BINARY = {
+    "mul.Tensor": "mul", "mul.Scalar": "mul", "div.Tensor": "truediv",
+    "div.Scalar": "truediv", "maximum.default": "maximum", "minimum.default": "minimum",
+    "pow.Tensor_Scalar": "pow", "pow.Tensor_Tensor": "pow", "pow.Scalar": "pow",
+    "remainder.Tensor": "remainder", "remainder.Scalar": "remainder",
+    "fmod.Tensor": "fmod", "fmod.Scalar": "fmod",
+    "bitwise_and.Tensor": "bitwise_and", "bitwise_and.Scalar": "bitwise_and",
+    "bitwise_or.Tensor": "bitwise_or", "bitwise_or.Scalar": "bitwise_or",
+    "bitwise_xor.Tensor": "bitwise_xor", "bitwise_xor.Scalar": "bitwise_xor",
+}
+_COMPARE = {f"{c}.{k}": c for c in ("eq", "ne", "lt", "le", "gt", "ge")
+            for k in ("Tensor", "Scalar")}
+_LOGICAL = {"logical_and.default": "and", "logical_or.default": "or",
+            "logical_xor.default": "xor"}
+_PREDICATES = {"isnan.default": "isnan", "isinf.default": "isinf",
+               "logical_not.default": "not"}
+
+
+# pow with these exponents is exact arithmetic, as in torch's own kernels
+_POW_SPECIAL = {
+    1: lambda L, v, t: v,
+    2: lambda L, v, t: L.op("mul", (v, v), t),
+    3: lambda L, v, t: L.op("mul", (L.op("mul", (v, v), t), v), t),
+    0.5: lambda L, v, t: L.op("sqrt", (v,), t),
+    -0.5: lambda L, v, t: L.op("rsqrt", (v,), t),
+    -1: lambda L, v, t: L.op("reciprocal", (v,), t),
+    -2: lambda L, v, t: L.op("reciprocal", (L.op("mul", (v, v), t),), t),
+}
+
+
+def _elementwise(L: Lowerer, node, idx) -> str | None:
+    t = node.type
+    out = compute_dtype(t.dtype)
+    shape = t.shape
+    op = node.op
+    a = node.args
+    if op in _UNARY:
+        return L.op(_UNARY[op], (operand(L, a[0], idx, shape, out),), out)
+    if op in ("pow.Tensor_Scalar",) and isinstance(a[1], (int, float)) and \
+            a[1] in _POW_SPECIAL and out.startswith("f"):
+        return _POW_SPECIAL[a[1]](L, operand(L, a[0], idx, shape, out), out)
+    if op in _BINARY:
+        if out in ("b8",) and _BINARY[op].startswith("bitwise"):
+            name = {"bitwise_and": "and", "bitwise_or": "or", "bitwise_xor": "xor"}[_BINARY[op]]
+            return L.op(name, (operand(L, a[0], idx, shape, out),
+                               operand(L, a[1], idx, shape, out)), out)
+        return L.op(_BINARY[op], (operand(L, a[0], idx, shape, out),
+                                  operand(L, a[1], idx, shape, out)), out)
+    if op in ("add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar", "rsub.Scalar"):
+        b = bind(node)
+        x, y = operand(L, a[0], idx, shape, out), operand(L, a[1], idx, shape, out)
+        alpha = b.get("alpha", 1)
+        if op == "rsub.Scalar":
+            x, y = y, x
+        if alpha not in (1, None):
+            y = L.op("mul", (y, L.const(alpha, out)), out)
+        return L.op("sub" if op.startswith(("sub", "rsub")) else "add", (x, y), out)
+    if op in _COMPARE or op in _LOGICAL:
+        if op in _LOGICAL:
+            ct = "b8"
+        else:
+            ct = compute_dtype(_promote(L, a[:2]))
+        return L.op(_COMPARE.get(op) or _LOGICAL[op],
+                    (operand(L, a[0], idx, shape, ct), operand(L, a[1], idx, shape, ct)), "b8")
+    if op in _PREDICATES:
+        src = _type(L, a[0])
+        ct = "b8" if op == "logical_not.default" else compute_dtype(src.dtype)
+        v = operand(L, a[0], idx, shape, ct)
+        if op != "logical_not.default" and not ct.startswith("f"):
+            return L.const(False, "b8")
+        return L.op(_PREDICATES[op], (v,), "b8")
+    if op == "div.Tensor_mode":
+        mode = bind(node).get("rounding_mode")
+        x, y = operand(L, a[0], idx, shape, out), operand(L, a[1], idx, shape, out)
+        if mode is None:
+            return L.op("truediv", (x, y), out)
+        if mode == "floor":
+            return L.op("floordiv", (x, y), out)
+        if out.startswith("f"):
+            return L.op("trunc", (L.op("truediv", (x, y), out),), out)
+        raise Unsupported("integer division with rounding_mode='trunc'")
+    if op == "where.self":
+        c = operand(L, a[0], idx, shape, "b8")
+        return L.op("where", (c, operand(L, a[1], idx, shape, out),
+                              operand(L, a[2], idx, shape, out)), out)
+    if op == "prims.fma.default":
+        x, y, z = (operand(L, v, idx, shape, out) for v in a[:3])
+        return L.op("add", (L.op("mul", (x, y), out), z), out)
+    if op in ("clamp.default", "clamp_min.default", "clamp_max.default", "relu.default"):
+        b = bind(node)
+        v = operand(L, a[0], idx, shape, out)
+        lo = 0 if op == "relu.default" else b.get("min")
+        hi = b.get("max") if op != "clamp_min.default" else None
+        if op == "clamp_max.default":
+            lo, hi = None, b.get("max")
+        if lo is not None:
+            v = L.op("maximum", (v, operand(L, lo, idx, shape, out)), out)
+        if hi is not None:
+            v = L.op("minimum", (v, operand(L, hi, idx, shape, out)), out)
+        return v
+    if op == "gelu.default":
+        v = operand(L, a[0], idx, shape, out)
+        half = L.const(0.5, out)
+        if bind(node).get("approximate", "none") == "tanh":
+            inner = L.op("mul", (L.const(math.sqrt(2 / math.pi), out),
+                                 L.op("add", (v, L.op("mul", (L.const(0.044715, out),
+                                      L.op("mul", (v, L.op("mul", (v, v), out)), out)), out)),
+                                      out)), out)
+            t1 = L.op("add", (L.const(1.0, out), L.op("tanh", (inner,), out)), out)
+        else:
+            t1 = L.op("add", (L.const(1.0, out), L.op("erf", (
+                L.op("mul", (v, L.const(1 / math.sqrt(2), out)), out),), out)), out)
+        return L.op("mul", (L.op("mul", (half, v), out), t1), out)
+    if op == "silu.default":
+        v = operand(L, a[0], idx, shape, out)
+        return L.op("mul", (v, L.op("sigmoid", (v,), out)), out)
+    if op in ("_to_copy.default", "clone.default", "alias.default", "lift_fresh_copy.default",
+              "detach.default", "_conj.default"):
+        if op == "_to_copy.default" and not str(bind(node).get("device") or "").startswith(
+                ("None", "")) and False:
+            raise Unsupported("device copy")
+        return operand(L, a[0], idx, shape, out)
+    if op == "copy.default":
+        return operand(L, a[1], idx, shape, out)
+    if op in ("full_like.default", "full.default", "fill.Scalar", "scalar_tensor.default"):
+        b = bind(node)
+        v = b.get("fill_value", b.get("value", b.get("s")))
+        if op == "scalar_tensor.default":
+            v = a[0]
+        if not isinstance(v, (bool, int, float)):
+            raise Unsupported(f"{op} with a non-scalar fill value")
+        return L.const(v, out)
+    if op in ("zeros_like.default", "zeros.default", "new_zeros.default"):
+        return L.const(0, out)
+    if op in ("ones_like.default", "ones.default", "new_ones.default"):
+        return L.const(1, out)
+    return None
+
+
+# -- index maps ------------------------------------------------------------------------
+def _view_index(L: Lowerer, idx, out_shape, in_shape):
+    """Index into the source of a reshape: ravel over the view, unravel over the source.
+
+    Dims are matched in groups of equal products so that untouched dims keep their
+    index (a [B,T,C] -> [B*T,C] view only merges B and T)."""
+    res = [E.ZERO] * len(in_shape)
+    i = j = 0
+    no, ni = len(out_shape), len(in_shape)
+    while i < no or j < ni:
+        # grow a group until the products agree
+        gi, gj = [i] if i < no else [], [j] if j < ni else []
+        po = out_shape[i] if i < no else 1
+        pi = in_shape[j] if j < ni else 1
+        while po != pi:
+            if po < pi and gi[-1] + 1 < no:
+                gi.append(gi[-1] + 1)
+                po *= out_shape[gi[-1]]
+            elif pi < po and gj[-1] + 1 < ni:
+                gj.append(gj[-1] + 1)
+                pi *= in_shape[gj[-1]]
+            else:
+                break
+        # trailing size-1 dims join the last group
+        i = (gi[-1] + 1) if gi else i
+        j = (gj[-1] + 1) if gj else j
+        if po != pi:   # should not happen for valid views
+            gi, gj = list(range(no)), list(range(ni))
+            i, j = no, ni
+        flat = E.ravel(*_strip_pair([idx[k] for k in gi], [L.size(out_shape[k]) for k in gi]))
+        sub = unravel_shape(L, flat, [in_shape[k] for k in gj])
+        for k, e in zip(gj, sub):
+            res[k] = e
+    return tuple(res)
+
+
+def _strip_pair(index, sizes):
+    keep = [k for k, s in enumerate(sizes) if not (isinstance(s, E.Const) and s.value == 1)]
+    return tuple(index[k] for k in keep), tuple(sizes[k] for k in keep)
+
+
+def _norm(d: int, rank: int) -> int:
+    return d % rank if rank else 0
+
+
+def _index_map(L: Lowerer, node, idx, element):
+    """(source ref, source element, source index), or a computed var, or None."""
+    op = node.op
+    g = L.graph
+    a = node.args
+    out_shape = node.type.shape if isinstance(node.type, TensorType) else None
+    if op in ("view.default", "_unsafe_view.default", "reshape.default"):
+        src = g[a[0].name].type
+        return a[0].name, None, _view_index(L, idx, out_shape, src.shape)
+    if op == "permute.default":
+        dims = [_norm(d, len(out_shape)) for d in a[1]]
+        res = [E.ZERO] * len(dims)
+        for k, d in enumerate(dims):
+            res[d] = idx[k]
+        return a[0].name, None, tuple(res)
+    if op == "transpose.int":
+        r = len(out_shape)
+        d0, d1 = _norm(a[1], r), _norm(a[2], r)
+        res = list(idx)
+        res[d0], res[d1] = idx[d1], idx[d0]
+        return a[0].name, None, tuple(res)
+    if op in ("t.default", "numpy_T.default"):
+        return a[0].name, None, tuple(reversed(idx))
+    if op == "expand.default":
+        src = g[a[0].name].type.shape
+        return a[0].name, None, broadcast_index(idx, out_shape, src)
+    if op == "unsqueeze.default":
+        d = _norm(a[1], len(out_shape))
+        return a[0].name, None, tuple(idx[:d]) + tuple(idx[d + 1:])
+    if op in ("squeeze.dim", "squeeze.dims", "squeeze.default"):
+        src = g[a[0].name].type.shape
+        return a[0].name, None, _view_index(L, idx, out_shape, src)
+    if op == "slice.Tensor":
+        b = bind(node)
+        src = g[a[0].name].type.shape
+        d = _norm(b["dim"], len(src))
+        start = b["start"] or 0
+        step = b["step"] or 1
+        if start < 0:
+            start += src[d]
+        start = min(max(start, 0), src[d])
+        res = list(idx)
+        res[d] = E.add(E.mul(idx[d], E.Const(step)), E.Const(start))
+        return a[0].name, None, tuple(res)
+    if op == "select.int":
+        src = g[a[0].name].type.shape
+        d = _norm(a[1], len(src))
+        i = a[2] + src[d] if a[2] < 0 else a[2]
+        return a[0].name, None, tuple(idx[:d]) + (E.Const(i),) + tuple(idx[d:])
+    if op == GETITEM:
+        src_node = g[a[0].name]
+        if src_node.op in ("split_with_sizes.default", "split.Tensor") and \
+                src_node.name in L.members:
+            return _split_item(L, src_node, a[1], idx)
+        return a[0].name, a[1], idx
+    if op in ("split_with_sizes.default", "split.Tensor"):
+        raise Unsupported(f"{op} read as a whole")
+    if op == "cat.default":
+        return _cat(L, node, idx)
+    if op == "constant_pad_nd.default":
+        return _pad(L, node, idx)
+    if op == "embedding.default":
+        b = bind(node)
+        w, ind = b["weight"], b["indices"]
+        it = g[ind.name].type
+        k = L.value(ind.name, tuple(idx[:len(it.shape)]))
+        row = E.Value(L.cast(k, "i64"))
+        return w.name, None, (row, idx[-1])
+    if op == "gather.default":
+        b = bind(node)
+        src = g[b["self"].name].type.shape
+        d = _norm(b["dim"], len(src))
+        k = L.value(b["index"].name, idx)
+        res = list(idx)
+        res[d] = E.Value(L.cast(k, "i64"))
+        return b["self"].name, None, tuple(res)
+    if op == "index_select.default":
+        b = bind(node)
+        src = g[b["self"].name].type.shape
+        d = _norm(b["dim"], len(src))
+        k = L.value(b["index"].name, (idx[d],))
+        res = list(idx)
+        res[d] = E.Value(L.cast(k, "i64"))
+        return b["self"].name, None, tuple(res)
+    if op in ("arange.start_step", "arange.default", "arange.start", "iota.default"):
+        raise Unsupported(f"{op}")
+    return None
+
+
+def _split_item(L: Lowerer, src_node, i: int, idx):
+    b = bind(src_node)
+    x = b["self"]
+    shape = L.graph[x.name].type.shape
+    d = _norm(b["dim"], len(shape))
+    if src_node.op == "split.Tensor":
+        size = b["split_size"]
+        sizes = [min(size, shape[d] - k) for k in range(0, shape[d], size)]
+    else:
+        sizes = list(b["split_sizes"])
+    start = sum(sizes[:i])
+    res = list(idx)
+    res[d] = E.add(idx[d], E.Const(start))
+    return x.name, None, tuple(res)
+
+
+def _cat(L: Lowerer, node, idx):
+    b = bind(node)
+    tensors = [t for t in b["tensors"] if L.graph[t.name].type.numel or
+               len(L.graph[t.name].type.shape) != 1]
+    out_t = node.type
+    d = _norm(b["dim"], len(out_t.shape))
+    out = compute_dtype(out_t.dtype)
+    pos = L.index(idx[d])
+    offset = 0
+    branches = []
+    for t in tensors:
+        size = L.graph[t.name].type.shape[d]
+        branches.append((offset, size, t))
+        offset += size
+    result = None
+    # evaluate from the last piece: where(pos < end_k, piece_k, rest)
+    for start, size, t in reversed(branches):
+        sub = list(idx)
+        sub[d] = E.add(idx[d], E.Const(-start)) if start else idx[d]
+        lo = L.op("ge", (pos, L.index(L.size(start) if start else E.ZERO)), "b8")
+        hi = L.op("lt", (pos, L.index(E.add(L.size(start) if start else E.ZERO,
+                                            L.size(size)))), "b8")
+        inside = L.op("and", (lo, hi), "b8")
+        with L.masked(inside):
+            v = L.cast(L.value(t.name, tuple(sub)), out)
+        result = v if result is None else L.op("where", (inside, v, result), out)
+    return result
+
+
+def _pad(L: Lowerer, node, idx):
+    b = bind(node)
+    src = L.graph[b["self"].name].type.shape
+    pad = list(b["pad"])
+    out = compute_dtype(node.type.dtype)
+    sub = list(idx)
+    conds = []
+    for k in range(len(pad) // 2):
+        d = len(src) - 1 - k
+        lo = pad[2 * k]
+        if lo < 0 or pad[2 * k + 1] < 0:
+            raise Unsupported("constant_pad_nd with negative padding")
+        sub[d] = E.add(idx[d], E.Const(-lo)) if lo else idx[d]
+        p = L.index(idx[d])
+        conds.append(L.op("ge", (p, L.index(E.Const(lo))), "b8"))
+        conds.append(L.op("lt", (p, L.index(E.add(E.Const(lo), L.size(src[d])))), "b8"))
+    inside = conds[0] if conds else None
+    for c in conds[1:]:
+        inside = L.op("and", (inside, c), "b8")
+    with L.masked(inside):
+        v = L.cast(L.value(b["self"].name, tuple(sub)), out)
+    if inside is None:
+        return v
+    return L.op("where", (inside, v, L.const(b.get("value", 0) or 0, out)), out)
+
+
+def lower_node(L: Lowerer, node, idx, element) -> str:
+    if element is not None and node.op != GETITEM:
+        raise Unsupported(f"%{node.name} ({node.op}): multi-result op")
+    mapped = _index_map(L, node, idx, element)
+    if mapped is not None:
+        if isinstance(mapped, str):
+            return mapped
+        src, el, sub = mapped
+        var = L.value(src, sub, el)
+        t = node.type
+        return L.cast(var, compute_dtype(t.dtype)) if isinstance(t, TensorType) else var
+    if isinstance(node.type, TensorType):
+        var = _elementwise(L, node, idx)
+        if var is not None:
+            return var
+    raise Unsupported(f"%{node.name}: no code generation rule for {node.op}")
+
+
+# -- reductions --------------------------------------------------------------------------
+_KIND = {"sum.dim_IntList": "sum", "sum.default": "sum", "mean.dim": "sum",
+         "mean.default": "sum", "amax.default": "max", "max.default": "max",
+         "amin.default": "min", "min.default": "min",
+         "any.dim": "max", "any.dims": "max", "any.default": "max",
+         "all.dim": "min", "all.default": "min", "var_mean.correction": "sum",
+         "var.correction": "sum"}
+
+
+def reduction_layout(L: Lowerer, names):
+    """(input shape, reduced dims) of the component's first reduction."""
+    for n in names:
+        node = L.graph[n]
+        if node.op in SIMPLE_REDUCTIONS:
+            shape, dims = _reduced_dims(L.graph, node)
+            return tuple(shape), tuple(dims)
+    return None
+
+
+def reduction_loop_bodies(L: Lowerer, name: str, p: int):
+    """Emit pass `p` of reduction `name` into the current loop; return what it defines:
+    [(key, var, dtype, finish)] where finish(L, var) turns the raw result into the value."""
+    node = L.graph[name]
+    kind = _KIND.get(node.op)
+    if kind is None:
+        raise Unsupported(f"%{name}: no code generation rule for the reduction {node.op}")
+    shape, dims = _reduced_dims(L.graph, node)
+    idx = canonical_index(L, shape, dims)
+    src = node.args[0].name
+    t = node.type
+    out_dtype = (t.elements[0] if not isinstance(t, TensorType) else t).dtype
+    acc = compute_dtype(out_dtype)
+    if node.op in ("any.dim", "any.dims", "any.default", "all.dim", "all.default"):
+        acc = "i32"
+    count = 1
+    for d in dims:
+        count *= shape[d]
+    v = L.cast(L.value(src, idx), acc)
+    if node.op in ("var_mean.correction", "var.correction"):
+        b = bind(node)
+        corr = b.get("correction")
+        corr = 1 if corr is None else corr
+        n = L.size(count)
+        if p == 0:
+            var = _reduce(L, v, "sum", acc)
+            mean = _finisher(lambda L, s: L.op("truediv", (s, _count(L, n, acc)), acc))
+            out = [((name, "sum"), var, acc, mean)]
+            if node.op == "var_mean.correction":
+                out.append(((name, 1), var, acc, mean))
+            return out
+        s_var, _, fin = _raw(L, (name, "sum"))
+        mean = fin(L, s_var)
+        dev = L.op("sub", (v, mean), acc)
+        q = _reduce(L, L.op("mul", (dev, dev), acc), "sum", acc)
+
+        def var_finish(L, q):
+            denom = L.op("maximum", (L.op("sub", (_count(L, n, acc), L.const(corr, acc)),
+                                          acc), L.const(0, acc)), acc)
+            return L.op("truediv", (q, denom), acc)
+        key = (name, 0) if node.op == "var_mean.correction" else (name, None)
+        return [(key, q, acc, _finisher(var_finish))]
+    var = _reduce(L, v, kind, acc)
+    fin = None
+    if node.op in ("mean.dim", "mean.default"):
+        n = L.size(count)
+        fin = _finisher(lambda L, s: L.op("truediv", (s, _count(L, n, acc)), acc))
+    elif acc != compute_dtype(out_dtype):
+        fin = _finisher(lambda L, s: L.cast(s, compute_dtype(out_dtype)))
+    return [((name, None), var, acc, fin)]
+
+
+def _count(L: Lowerer, n, dtype):
+    return L.cast(L.index(n), dtype)
+
+
+def _finisher(fn):
+    return fn
+
+
+def _raw(L: Lowerer, key):
+    return L.reduced[key]
+
+
+def _reduce(L: Lowerer, v: str, kind: str, dtype: str) -> str:
+    from .kernel import Reduce
+    ident = {"sum": 0, "prod": 1, "max": float("-inf"), "min": float("inf")}[kind]
+    if not dtype.startswith("f") and kind in ("max", "min"):
+        info = torch.iinfo(getattr(torch, {"i64": "int64", "i32": "int32", "i16": "int16",
+                                          "i8": "int8", "u8": "uint8"}[dtype]))
+        ident = info.min if kind == "max" else info.max
+    masked = L.op("where", (L.mask, v, L.const(ident, dtype)), dtype)
+    var = L.fresh("red")
+    L.scope.stmts.append(Reduce(var, kind, masked, dtype))
+    return var
+
+
+# Ops with a rule above (the planner's quick check; lowering itself has the last word).
+SUPPORTED_OPS = frozenset(
+    set(_UNARY) | set(_BINARY) | set(_COMPARE) | set(_LOGICAL) | set(_PREDICATES) | set(_KIND)
+    | {"add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar", "rsub.Scalar",
+       "div.Tensor_mode", "where.self", "prims.fma.default", "clamp.default",
+       "clamp_min.default", "clamp_max.default", "relu.default", "gelu.default",
+       "silu.default", "_to_copy.default", "clone.default", "alias.default",
+       "lift_fresh_copy.default", "detach.default", "_conj.default", "copy.default",
+       "full_like.default", "full.default", "fill.Scalar", "scalar_tensor.default",
+       "zeros_like.default", "zeros.default", "new_zeros.default", "ones_like.default",
+       "ones.default", "new_ones.default", "view.default", "_unsafe_view.default",
+       "reshape.default", "permute.default", "transpose.int", "t.default", "numpy_T.default",
+       "expand.default", "unsqueeze.default", "squeeze.dim", "squeeze.dims",
+       "squeeze.default", "slice.Tensor", "select.int", GETITEM, "split_with_sizes.default",
+       "split.Tensor", "cat.default", "constant_pad_nd.default", "embedding.default",
+       "gather.default", "index_select.default"})

@@ -1,0 +1,349 @@
+"""Triton target: a `Kernel` printed as one @triton.jit function, compiled and launched.
+
+One launch runs every component: programs [start_c, end_c) of the 1-D grid run
+component c (kernel packing). A flat component maps XBLOCK consecutive x to a
+program; a reduce component gives a program XBLOCK rows and loops over its
+rows RBLOCK elements at a time (the paper's block composition with size
+shrinking: rows longer than RBLOCK are never kept on chip whole). Block sizes
+are `tl.constexpr` chosen per launch, sizes and strides are run-time ints, so
+one source serves every shape (MXNet's cache keyed by structure and dtypes).
+
+`interpret=True` wraps the same source in Triton's interpreter, which runs it
+on CPU tensors: that is how CI checks this code path. The interpreter lacks
+libdevice and cannot call @triton.jit library functions unless TRITON_INTERPRET
+was set before triton was imported, so the source uses tl builtins only there,
+with exact formulas for tanh, log1p, expm1, rounding (`_MATH_INTERPRET`).
+
+Sources live in the disk cache (`runtime/cache.py`, folder "triton"), named by
+the digest of their text; Triton keeps its own binary cache beside.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from typing import Callable
+
+import torch
+
+from ..runtime import counters as _stats
+from ..runtime.cache import cache_dir, digest
+from . import expr as E
+from .kernel import (COMPARISONS, Component, Constant, Index, Kernel, Load, Op, Reduce, Store)
+
+TL_DTYPE = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
+            "bf16": "tl.bfloat16", "i64": "tl.int64", "i32": "tl.int32", "i16": "tl.int16",
+            "i8": "tl.int8", "u8": "tl.uint8", "b8": "tl.int1"}
+
+_SIMPLE_UNARY = {"neg": "-{0}", "abs": "tl.abs({0})", "exp": "tl.exp({0})",
+                 "exp2": "tl.exp2({0})", "log": "tl.log({0})", "log2": "tl.log2({0})",
+                 "sin": "tl.sin({0})", "cos": "tl.cos({0})", "erf": "tl.erf({0})",
+                 "floor": "tl.floor({0})", "ceil": "tl.ceil({0})",
+                 "sigmoid": "1.0 / (1.0 + tl.exp(-{0}))", "reciprocal": "1.0 / {0}",
+                 "bitwise_not": "~{0}", "not": "{0} == 0", "isnan": "{0} != {0}",
+                 "isinf": "tl.abs({0}) == float('inf')"}
+_BINARY = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
+           "eq": "{0} == {1}", "ne": "{0} != {1}", "lt": "{0} < {1}", "le": "{0} <= {1}",
+           "gt": "{0} > {1}", "ge": "{0} >= {1}", "and": "{0} & {1}", "or": "{0} | {1}",
+           "xor": "{0} ^ {1}", "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}",
+           "bitwise_xor": "{0} ^ {1}", "lshift": "{0} << {1}", "rshift": "{0} >> {1}"}
+# Exact formulas from tl builtins (the interpreter has no libdevice).
+_MATH_INTERPRET = {
+    "sqrt": "tl.sqrt({0})",
+    "rsqrt": "1.0 / tl.sqrt({0})",
+    "log1p": "tl.where(({0} + 1.0) - 1.0 == 0.0, {0}, tl.log({0} + 1.0) * ({0} / (({0} + 1.0) "
+             "- 1.0)))",
+    "expm1": "tl.where(tl.abs({0}) < 1e-5, {0} + 0.5 * {0} * {0}, tl.exp({0}) - 1.0)",
+    "tanh": "(2.0 / (1.0 + tl.exp(-2.0 * {0})) - 1.0)",
+    "tan": "tl.sin({0}) / tl.cos({0})",
+    "trunc": "tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))",
+    "round": "tl.where(tl.abs({0} - tl.floor({0}) - 0.5) == 0.0, 2.0 * tl.floor({0} * 0.5 + 0.5),"
+             " tl.floor({0} + 0.5))",
+    "pow": "tl.where({1} == 0, 1.0, tl.where({0} < 0, tl.where({1} == tl.floor({1}), "
+           "(1.0 - 2.0 * (tl.abs({1}) - 2.0 * tl.floor(tl.abs({1}) * 0.5))) * "
+           "tl.exp2({1} * tl.log2(-{0})), float('nan')), tl.exp2({1} * tl.log2({0}))))",
+    "fmod": "{0} - tl.where({0} / {1} < 0, tl.ceil({0} / {1}), tl.floor({0} / {1})) * {1}",
+}
+_MATH_GPU = {
+    "sqrt": "tl.sqrt_rn({0})", "rsqrt": "libdevice.rsqrt({0})", "log1p": "libdevice.log1p({0})",
+    "expm1": "libdevice.expm1({0})", "tanh": "libdevice.tanh({0})", "tan": "libdevice.tan({0})",
+    "trunc": "libdevice.trunc({0})", "round": "libdevice.nearbyint({0})",
+    "pow": "libdevice.pow({0}, {1})", "fmod": "libdevice.fmod({0}, {1})",
+}
+
+
+# tl.sum / tl.max are @triton.jit library functions, which Triton's interpreter cannot call
+# unless TRITON_INTERPRET was set when triton was imported; tl.reduce with these combine
+# functions is what they expand to, and the interpreter runs it natively.
+_COMBINE = {"sum": "tl.standard._sum_combine", "max": "tl.standard._elementwise_max",
+            "min": "tl.standard._elementwise_min"}
+
+
+class _Printer:
+    def __init__(self, kernel: Kernel, interpret: bool):
+        self.k = kernel
+        self.interpret = interpret
+        self.dtype: dict[str, str] = {"xmask": "b8", "rmask": "b8"}
+        self.lines: list[str] = []
+
+    def emit(self, line: str, depth: int) -> None:
+        self.lines.append("    " * depth + line)
+
+    def expr(self, e: E.Expr) -> str:
+        return E.to_source(e, "//")
+
+    def op(self, s: Op) -> str:
+        a = s.args
+        dt = s.dtype
+        is_float = dt.startswith("f") or dt == "bf16"
+        if s.op == "cast":
+            if dt == "b8":
+                return f"{a[0]} != 0"
+            return f"{a[0]}.to({TL_DTYPE[dt]})"
+        if s.op == "sign":
+            return (f"tl.where({a[0]} != {a[0]}, {a[0]}, ({a[0]} > 0).to({TL_DTYPE[dt]}) - "
+                    f"({a[0]} < 0).to({TL_DTYPE[dt]}))")
+        if s.op in ("maximum", "minimum"):
+            fn = "tl.maximum" if s.op == "maximum" else "tl.minimum"
+            nan = ", propagate_nan=tl.PropagateNan.ALL" if is_float else ""
+            return f"{fn}({a[0]}, {a[1]}{nan})"
+        if s.op == "where":
+            return f"tl.where({a[0]}, {a[1]}, {a[2]})"
+        if s.op == "floordiv":
+            if is_float:
+                return f"tl.floor({a[0]} / {a[1]})"
+            return (f"{a[0]} // {a[1]} - (({a[0]} % {a[1]} != 0) & "
+                    f"(({a[0]} < 0) != ({a[1]} < 0))).to({TL_DTYPE[dt]})")
+        if s.op == "remainder":
+            base = self.math("fmod", a) if is_float else f"{a[0]} % {a[1]}"
+            return (f"tl.where(({base} != 0) & (({base} < 0) != ({a[1]} < 0)), "
+                    f"{base} + {a[1]}, {base})")
+        if s.op == "fmod" and not is_float:
+            return f"{a[0]} % {a[1]}"
+        if s.op in _SIMPLE_UNARY:
+            return _SIMPLE_UNARY[s.op].format(*a)
+        if s.op in _BINARY:
+            return _BINARY[s.op].format(*a)
+        return self.math(s.op, a)
+
+    def math(self, op: str, a) -> str:
+        table = _MATH_INTERPRET if self.interpret else _MATH_GPU
+        if op not in table:
+            raise NotImplementedError(f"triton printer: no rule for {op}")
+        return "(" + table[op].format(*a) + ")"
+
+    def stmt(self, s, depth: int, shape: str, zero: str) -> None:
+        if isinstance(s, Load):
+            mask = f", mask={s.mask}, other=0" if s.mask else ""
+            self.emit(f"{s.var} = tl.load({s.buffer} + ({self.expr(s.index)}) + {zero}{mask})",
+                      depth)
+            self.dtype[s.var] = s.dtype
+        elif isinstance(s, Index):
+            self.emit(f"{s.var} = ({self.expr(s.index)}) + {zero}", depth)
+        elif isinstance(s, Constant):
+            v = s.value
+            if isinstance(v, float) and v != v:
+                text = "float('nan')"
+            elif isinstance(v, float) and v in (float("inf"), float("-inf")):
+                text = "float('inf')" if v > 0 else "float('-inf')"
+            else:
+                text = repr(v)
+            self.emit(f"{s.var} = tl.full({shape}, {text}, {TL_DTYPE[s.dtype]})", depth)
+        elif isinstance(s, Op):
+            text = self.op(s)
+            if s.op not in COMPARISONS and s.op not in ("cast", "not", "isnan", "isinf") \
+                    and s.dtype != "b8":
+                text = f"({text}).to({TL_DTYPE[s.dtype]})"
+            self.emit(f"{s.var} = {text}", depth)
+        elif isinstance(s, Store):
+            mask = f", mask={s.mask}" if s.mask else ""
+            self.emit(f"tl.store({s.buffer} + ({self.expr(s.index)}) + {zero}, {s.value}{mask})",
+                      depth)
+        else:
+            raise TypeError(s)
+
+    def component(self, c: Component, i: int, depth: int) -> None:
+        xb, rb = f"XBLOCK{i}", f"RBLOCK{i}"
+        it = "tl.int64" if self.k.index_dtype == "i64" else "tl.int32"
+        pid = f"(pid - pstart{i})" if len(self.k.components) > 1 else "pid"
+        if self.k.index_dtype == "i64":
+            pid = f"{pid}.to(tl.int64)"
+        self.emit(f"xnumel = {self.expr(c.xnumel)}", depth)
+        if c.kind == "flat":
+            self.emit(f"x = {pid} * {xb} + tl.arange(0, {xb})", depth)
+            self.emit("xmask = x < xnumel", depth)
+            self.emit(f"zx = tl.full([{xb}], 0, {it})", depth)
+            for s in c.body:
+                self.stmt(s, depth, f"[{xb}]", "zx")
+            return
+        self.emit(f"rnumel = {self.expr(c.rnumel)}", depth)
+        self.emit(f"x = ({pid} * {xb} + tl.arange(0, {xb}))[:, None]", depth)
+        self.emit("xmask = x < xnumel", depth)
+        self.emit(f"rbase = tl.arange(0, {rb})[None, :]", depth)
+        self.emit(f"zx = tl.full([{xb}, 1], 0, {it})", depth)
+        self.emit(f"zxr = tl.full([{xb}, {rb}], 0, {it})", depth)
+        for j, loop in enumerate(c.loops):
+            reduces = [s for s in loop.body if isinstance(s, Reduce)]
+            self.emit(f"# loop {j} over r", depth)
+            for red in reduces:
+                ident = {"sum": "0", "max": "float('-inf')", "min": "float('inf')"}[red.kind]
+                if not red.dtype.startswith(("f", "bf")) and red.kind in ("max", "min"):
+                    info = torch.iinfo({"i64": torch.int64, "i32": torch.int32,
+                                        "i16": torch.int16, "i8": torch.int8,
+                                        "u8": torch.uint8}[red.dtype])
+                    ident = str(info.min if red.kind == "max" else info.max)
+                self.emit(f"acc_{red.var} = tl.full([{xb}, {rb}], {ident}, "
+                          f"{TL_DTYPE[red.dtype]})", depth)
+            # the interpreter cannot take a run-time int as a loop bound (numpy >= 2.3
+            # refuses int() of its 1-element arrays): it gets the bound as a constexpr
+            bound = f"RLOOP{i}" if self.interpret else "rnumel"
+            self.emit(f"for roffset in range(0, {bound}, {rb}):", depth)
+            self.emit("r = roffset + rbase", depth + 1)
+            self.emit("rmask = r < rnumel", depth + 1)
+            for s in loop.body:
+                if isinstance(s, Reduce):
+                    acc = f"acc_{s.var}"
+                    is_float = s.dtype.startswith(("f", "bf"))
+                    if s.kind == "sum":
+                        self.emit(f"{acc} = {acc} + {s.value}", depth + 1)
+                    else:
+                        fn = "tl.maximum" if s.kind == "max" else "tl.minimum"
+                        nan = ", propagate_nan=tl.PropagateNan.ALL" if is_float else ""
+                        self.emit(f"{acc} = {fn}({acc}, {s.value}{nan})", depth + 1)
+                else:
+                    self.stmt(s, depth + 1, f"[{xb}, {rb}]", "zxr")
+            for red in reduces:
+                acc = f"acc_{red.var}"
+                self.emit(f"{red.var} = tl.reduce({acc}, 1, {_COMBINE[red.kind]}, "
+                          "keep_dims=True)", depth)
+                if red.kind != "sum" and red.dtype.startswith(("f", "bf")):
+                    # the interpreter's max/min skip NaN; torch propagates it
+                    self.emit(f"{red.var} = tl.where(tl.reduce(({acc} != {acc}).to(tl.int32), 1,"
+                              f" {_COMBINE['max']}, keep_dims=True) > 0, float('nan'), "
+                              f"{red.var})", depth)
+        for s in c.body:
+            self.stmt(s, depth, f"[{xb}, 1]", "zx")
+
+    def source(self, name: str) -> str:
+        k = self.k
+        params = [b.name for b in k.buffers] + [s.name for s in k.syms]
+        n = len(k.components)
+        if n > 1:
+            params += [f"pstart{i}" for i in range(n)]
+        for i, c in enumerate(k.components):
+            params.append(f"XBLOCK{i}: tl.constexpr")
+            if c.kind == "reduce":
+                params.append(f"RBLOCK{i}: tl.constexpr")
+                if self.interpret:
+                    params.append(f"RLOOP{i}: tl.constexpr")
+        self.lines = []
+        self.emit(f"def {name}({', '.join(params)}):", 0)
+        self.emit("pid = tl.program_id(0)", 1)
+        for i, c in enumerate(k.components):
+            depth = 1
+            if n > 1:
+                cond = f"pid < pstart{i + 1}" if i + 1 < n else "pid >= 0"
+                self.emit(f"{'if' if i == 0 else 'elif'} {cond}:", 1)
+                depth = 2
+            self.emit(f"# component {i}: {c.kind}", depth)
+            self.component(c, i, depth)
+        return "\n".join(self.lines) + "\n"
+
+
+HEADER = ("import triton\nimport triton.language as tl\n"
+          "from triton.language.extra import libdevice\n\n\n")
+
+
+def triton_source(kernel: Kernel, interpret: bool = False) -> tuple[str, str]:
+    """(function name, module source) of a kernel; the name is the digest of the body."""
+    body = _Printer(kernel, interpret).source("KERNEL_NAME")
+    name = "fs_" + digest(body, "interpret" if interpret else "gpu")[:16]
+    return name, HEADER + body.replace("KERNEL_NAME", name, 1)
+
+
+_LOADED: dict[str, Callable] = {}
+
+
+def _load(name: str, source: str, interpret: bool):
+    fn = _LOADED.get(name)
+    if fn is not None:
+        _stats.bump("cache_hits")
+        return fn
+    path = cache_dir("triton") / f"{name}.py"
+    if not path.exists():
+        tmp = path.with_suffix(f".{id(source)}.tmp")
+        tmp.write_text(source)
+        tmp.replace(path)
+        _stats.bump("kernels_compiled")
+    else:
+        _stats.bump("cache_hits")
+    spec = importlib.util.spec_from_file_location(f"fusionstitch_kernels.{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    raw = getattr(module, name)
+    if interpret:
+        from triton.runtime.interpreter import InterpretedFunction
+        fn = InterpretedFunction(raw)
+    else:
+        from triton.runtime.jit import JITFunction
+        fn = JITFunction(raw)
+    _LOADED[name] = fn
+    return fn
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (max(n, 1) - 1).bit_length())
+
+
+def block_sizes(c: Component, xnumel: int, rnumel: int, interpret: bool) -> tuple[int, int]:
+    """(XBLOCK, RBLOCK): the template's block of one program."""
+    if interpret:   # fewer, larger programs: the interpreter's cost is per program
+        tile = 1 << 16
+        if c.kind == "flat":
+            return min(_pow2(xnumel), tile), 1
+        rb = min(_pow2(rnumel), 4096)
+        return min(_pow2(xnumel), max(1, tile // rb)), rb
+    if c.kind == "flat":
+        return 1024, 1
+    rb = min(_pow2(rnumel), 2048)
+    return min(_pow2(xnumel), max(1, 4096 // rb)), rb
+
+
+class TritonKernel:
+    """A loaded kernel and how to launch it: `run(buffers, syms)`."""
+
+    def __init__(self, kernel: Kernel, interpret: bool):
+        self.kernel = kernel
+        self.interpret = interpret
+        self.name, self.source = triton_source(kernel, interpret)
+        self.fn = _load(self.name, self.source, interpret)
+        self.sym_names = [s.name for s in kernel.syms]
+
+    def __call__(self, buffers: list[torch.Tensor], syms: list[int]) -> None:
+        env = dict(zip(self.sym_names, syms))
+        starts, total, meta = [], 0, {}
+        for i, c in enumerate(self.kernel.components):
+            xn = _eval(c.xnumel, env)
+            rn = _eval(c.rnumel, env)
+            xb, rb = block_sizes(c, xn, rn, self.interpret)
+            meta[f"XBLOCK{i}"] = xb
+            if c.kind == "reduce":
+                meta[f"RBLOCK{i}"] = rb
+                if self.interpret:
+                    meta[f"RLOOP{i}"] = rn
+            starts.append(total)
+            total += -(-xn // xb)
+        if total == 0:
+            return
+        extra = starts if len(starts) > 1 else []
+        self.fn[(total,)](*buffers, *syms, *extra, **meta)
+
+
+_COMPILED_EXPR: dict[E.Expr, object] = {}
+
+
+def _eval(e: E.Expr, env: dict[str, int]) -> int:
+    code = _COMPILED_EXPR.get(e)
+    if code is None:
+        code = _COMPILED_EXPR[e] = compile(E.to_source(e, "//"), "<size>", "eval")
+    return eval(code, {}, env)  # noqa: S307 - our own integer expression

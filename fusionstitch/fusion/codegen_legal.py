@@ -1,0 +1,58 @@
+"""Code-generation legality: the last planning stage for targets that generate kernels.
+
+A kernel group that the target's code generator cannot lower (an op without a
+rule, a reduction read at another row, GEMMs inside a kernel) is split into
+its ops, and an op that cannot be generated alone runs through torch as a
+library call. The plan that explain() reports is the plan that runs, so the
+counts stay honest: every kernel group of the result lowers to one kernel.
+Every split is logged on `fusionstitch.codegen` with the reason.
+"""
+from __future__ import annotations
+
+import logging
+
+from ..codegen.lower import Unsupported, lower_cached
+from .plan import KERNEL, LIBRARY, FusionPlan, Group, node_kind
+
+log = logging.getLogger("fusionstitch.codegen")
+
+
+def legalize(plan: FusionPlan) -> FusionPlan:
+    graph = plan.graph
+    out: list[Group] = []
+    changed = False
+    position = {n.name: i for i, n in enumerate(graph.nodes)}
+
+    def add(nodes, kind, comp):
+        out.append(Group(len(out), tuple(nodes), kind, comp))
+
+    for g in plan.groups:
+        if g.kind != KERNEL:
+            add(g.nodes, g.kind, g.composition)
+            continue
+        try:
+            lower_cached(graph, sorted(g.nodes, key=position.__getitem__))
+            add(g.nodes, g.kind, g.composition)
+            continue
+        except Unsupported as e:
+            changed = True
+            reason = str(e)
+        if len(g.nodes) > 1:
+            log.info("group #%d (%d ops) is split into its ops: %s", g.id, len(g.nodes), reason)
+        for n in g.nodes:
+            kind = node_kind(graph[n])
+            if kind == KERNEL and len(g.nodes) > 1:
+                try:
+                    lower_cached(graph, (n,))
+                except Unsupported as e:
+                    reason = str(e)
+                    kind = LIBRARY
+            elif kind == KERNEL:
+                kind = LIBRARY
+            if kind == LIBRARY and node_kind(graph[n]) == KERNEL:
+                log.info("%%%s (%s) runs through torch: %s", n, graph[n].op, reason)
+            add((n,), kind, "single")
+    if not changed:
+        return plan
+    from dataclasses import replace
+    return replace(plan, groups=tuple(out))

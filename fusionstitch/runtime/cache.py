@@ -1,0 +1,24 @@
+"""Where compiled kernels live on disk: FUSIONSTITCH_CACHE_DIR, else ~/.cache/fusionstitch."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+
+def cache_dir(kind: str) -> Path:
+    """The on-disk cache folder for one kind of artefact (e.g. "triton", "cpu")."""
+    root = os.environ.get("FUSIONSTITCH_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fusionstitch")
+    path = Path(root) / kind
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def digest(*parts: str) -> str:
+    """A short stable key for source text (and whatever else decides the binary)."""
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:24]
