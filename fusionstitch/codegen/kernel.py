@@ -186,3 +186,17 @@ def kernel_text(k: Kernel) -> str:
             lines.append("    per x:")
         lines.extend("    " + ("  " if c.loops else "") + stmt_text(s) for s in c.body)
     return "\n".join(lines)
+
+
+def template(k: Kernel) -> str:
+    """The implementation template of a kernel in the paper's spirit, one part per component:
+    which dims map to the grid (x), which a program loops over (r), in how many passes."""
+    parts = []
+    for c in k.components:
+        if c.kind == "flat":
+            parts.append(f"grid x<{to_source(c.xnumel)}")
+        else:
+            parts.append(f"grid x<{to_source(c.xnumel)}, loop r<{to_source(c.rnumel)} "
+                         f"x{len(c.loops)}")
+    text = " | ".join(parts)
+    return f"packing[{text}]" if len(parts) > 1 else f"[{text}]"

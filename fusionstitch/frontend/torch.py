@@ -115,7 +115,12 @@ class CompiledGraph:
             if dump:
                 dump(f"{plan.strategy}_plan", plan)
             device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
-            return Specialisation(canon, plan, Program(plan, device, self.options.resolved_target()), seconds)
+            program = Program(plan, device, self.options.resolved_target())
+            if dump:
+                from ..report.debug import dump_kernels
+                dump_kernels(dump.folder, plan, program.kernel_steps,
+                             self.options.resolved_target())
+            return Specialisation(canon, plan, program, seconds)
         except Unsupported as e:
             self.fallback_reason = str(e)
             log.warning("%s runs through torch unfused: %s", self.name, e)

@@ -3,6 +3,8 @@
     01_frontend.txt      the IR straight from the frontend (parses back with ir.text.parse)
     02_fold_views.txt …  the IR after each canonicalisation pass, numbered in order
     NN_<strategy>_plan.txt  the fusion plan: groups, composition, schedule spaces
+    kernels/k<group>.py|.cpp  every generated kernel's source (Triton or C++), headed by
+                         the group it came from and its kernel IR
     repro.py             a runnable script: re-plans 01_frontend.txt and checks the plan
                          against the unfused execution on random inputs
 """
@@ -42,7 +44,7 @@ for p in graph.params:
         inputs.append(torch.rand(t.shape, generator=gen) > 0.5)
     else:  # integers are often indices: zeros are always in range
         inputs.append(torch.zeros(t.shape, dtype=t.torch_dtype))
-got = Program(plan)(inputs)
+got = Program(plan, None, "{target}" if "{target}" != "cuda" else "interpret")(inputs)
 ref = Program(plan_none(graph))(inputs)
 worst = 0.0
 for g, r in zip(got, ref):
@@ -69,4 +71,30 @@ def dumper(graph_name: str, strategy: str, target: str) -> Callable[[str, Any], 
         text = obj.to_text() if hasattr(obj, "to_text") else str(obj)
         with open(path, "w") as f:
             f.write(text if text.endswith("\n") else text + "\n")
+    dump.folder = folder  # type: ignore[attr-defined]
     return dump
+
+
+def dump_kernels(folder: str, plan, steps: dict, target: str) -> None:
+    """Write each generated kernel's source, with its group and kernel IR as a header."""
+    from ..codegen.kernel import kernel_text, template
+    out = os.path.join(folder, "kernels")
+    os.makedirs(out, exist_ok=True)
+    comment = "//" if target == "cpu" else "#"
+    for g in plan.groups:
+        step = steps.get(g.id)
+        if step is None:
+            continue
+        k = step.kernel
+        if target == "cpu":
+            from ..codegen.cpu import cpp_source
+            source, ext = cpp_source(k), "cpp"
+        else:
+            from ..codegen.triton import triton_source
+            source, ext = triton_source(k, interpret=target == "interpret")[1], "py"
+        ops = " ".join(f"%{n}={plan.graph[n].op}" for n in g.nodes)
+        header = [f"group #{g.id} ({g.composition}) {template(k)}: {ops}", ""]
+        header += kernel_text(k).splitlines()
+        text = "\n".join(f"{comment} {line}".rstrip() for line in header) + "\n\n" + source
+        with open(os.path.join(out, f"k{g.id:03d}.{ext}"), "w") as f:
+            f.write(text)

@@ -99,8 +99,25 @@ class Report:
                     if grp.kind == FREE:
                         continue
                     ops = " ".join(g.plan.graph[n].op for n in grp.nodes)
-                    lines.append(f"    {grp.kind:7s} #{grp.id} [{grp.composition}] {ops}")
+                    tpl = _template(g.plan, grp, self.target)
+                    lines.append(f"    {grp.kind:7s} #{grp.id} [{grp.composition}]{tpl} {ops}")
         return "\n".join(lines)
+
+
+def _template(plan, group, target: str) -> str:
+    """ ' grid x<N ...' for generated kernels (codegen targets), else ''."""
+    from ..fusion import CODEGEN_TARGETS
+    from ..fusion.plan import KERNEL
+    if group.kind != KERNEL or target not in CODEGEN_TARGETS:
+        return ""
+    from ..codegen.kernel import template
+    from ..codegen.lower import Unsupported, lower_cached
+    position = {n.name: i for i, n in enumerate(plan.graph.nodes)}
+    try:
+        k = lower_cached(plan.graph, sorted(group.nodes, key=position.__getitem__))
+    except Unsupported:
+        return ""
+    return " " + template(k)
 
 
 def plan_report(graphs: list[Graph], strategy: str, target: str) -> Report:

@@ -46,3 +46,10 @@ def test_why_not_fused_names_the_reason():
     g = rep.graphs[0]
     assert set(g.stages) >= {"candidates", "scores", "ilp", "plan"}
     assert "planning:" in str(rep)
+
+
+def test_print_shows_each_kernels_template_on_codegen_targets():
+    rep = fusionstitch.explain(lambda x: torch.softmax(x, -1) * 2, torch.randn(4, 8),
+                               target="interpret")
+    text = str(rep)
+    assert "[grid x<" in text and "loop r<" in text, text
