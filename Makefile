@@ -19,8 +19,10 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m fusionstitch.cli demo
 
+# tests with wall-clock budgets run alone, so that parallel work does not skew them
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not timing"
+	$(PY) -m pytest -q -m timing
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

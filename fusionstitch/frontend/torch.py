@@ -75,8 +75,11 @@ class CompiledGraph:
     _boxed_call = True
 
     def __init__(self, gm: torch.fx.GraphModule, options: config.Options, kind: str,
-                 sink: list | None = None):
+                 sink: list | None = None, execute: bool = True):
         self.gm = gm
+        # explain() plans for the target but runs the plan through torch: it needs the
+        # plan and the values, not compiled kernels
+        self.execute = execute
         self.options = options
         self.kind = kind
         self.name = f"{kind}_{next(_graph_ids)}"
@@ -115,7 +118,8 @@ class CompiledGraph:
             if dump:
                 dump(f"{plan.strategy}_plan", plan)
             device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
-            program = Program(plan, device, self.options.resolved_target())
+            program = Program(plan, device,
+                              self.options.resolved_target() if self.execute else "torch")
             if dump:
                 from ..report.debug import dump_kernels
                 dump_kernels(dump.folder, plan, program.kernel_steps,
@@ -134,7 +138,7 @@ class CompiledGraph:
 
 
 def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = False,
-            _sink: list | None = None) -> Callable:
+            _sink: list | None = None, _execute: bool = True) -> Callable:
     """A torch.compile backend with these options (see README's knobs table)."""
     options = config.Options(strategy=strategy, target=target, cuda_graphs=cuda_graphs)
 
@@ -143,7 +147,7 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
             log.info("FUSIONSTITCH_DISABLE is set: running the graph through torch")
             return gm.forward
         from torch._dynamo.backends.common import aot_autograd
-        make = partial(CompiledGraph, options=options, sink=_sink)
+        make = partial(CompiledGraph, options=options, sink=_sink, execute=_execute)
         def bw_compiler(g, _):
             # Dynamo would wrap the backward in disable() and lose `_boxed_call`; we wrap it
             # ourselves (the flag below tells Dynamo so) and keep the boxed convention.

@@ -25,7 +25,7 @@ def _register_planners() -> None:
 _register_planners()
 _warned: set[str] = set()
 # targets whose kernel groups become generated kernels (the others run plans through torch)
-CODEGEN_TARGETS = ("cuda", "interpret")
+CODEGEN_TARGETS = ("cuda", "interpret", "cpu")
 
 
 def make_plan(graph: Graph, strategy: str, target: str) -> FusionPlan:

@@ -160,7 +160,7 @@ def explain(fn, *args, strategy: str = "stitch", target: str = "auto", **kwargs)
     from ..frontend.torch import backend
     opts = Options(strategy=strategy, target=target)
     sink: list = []
-    compiled = torch.compile(fn, backend=backend(strategy, target, _sink=sink))
+    compiled = torch.compile(fn, backend=backend(strategy, target, _sink=sink, _execute=False))
     saved = _stats.stats()
     try:
         out = compiled(*args, **kwargs)

@@ -10,6 +10,7 @@ Intermediates are dropped after their last use so peak memory stays as eager.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,6 +140,10 @@ def _getitem(seq, index):
     return seq[index]
 
 
+_warned_compiler: list = []
+log = logging.getLogger("fusionstitch.runtime")
+
+
 def compile_kernels(plan: FusionPlan, target: str, slot_of: dict[str, int],
                     device: torch.device) -> dict:
     """Generated kernels of the plan's kernel groups, by group id (empty for torch)."""
@@ -154,8 +159,16 @@ def compile_kernels(plan: FusionPlan, target: str, slot_of: dict[str, int],
     if not lowered:
         return {}
     if target == "cpu":
-        from ..codegen.cpu import compile_cpu
-        runs = compile_cpu([k for _, k in lowered])
+        from ..codegen.cpu import CompilerUnavailable, compile_cpu
+        try:
+            runs = compile_cpu([k for _, k in lowered])
+        except CompilerUnavailable as e:
+            # one clear warning, then the plan runs group by group through torch
+            if not _warned_compiler:
+                _warned_compiler.append(True)
+                log.warning("fusionstitch: the C++ compiler is unavailable, kernels run "
+                            "through torch: %s", e)
+            return {}
     else:
         from ..codegen.triton import TritonKernel
         runs = [TritonKernel(k, interpret=(target == "interpret")) for _, k in lowered]

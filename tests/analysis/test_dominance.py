@@ -2,6 +2,7 @@
 import time
 
 import networkx as nx
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 import random_dags
@@ -141,6 +142,7 @@ def test_tree_children_in_graph_order_and_deterministic():
     assert post_dominators(g) == post_dominators(g)
 
 
+@pytest.mark.timing
 def test_large_chain_is_fast():
     nodes = [Node("p", PARAMETER, type=T)]
     for i in range(30_000):

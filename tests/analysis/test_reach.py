@@ -3,6 +3,7 @@ import random
 import time
 
 import networkx as nx
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import random_dags
@@ -114,6 +115,7 @@ def test_ladder_small_cases():
     assert reach.reaches("a3", "b9") and not reach.reaches("b3", "a4")
 
 
+@pytest.mark.timing
 def test_local_queries_on_30k_nodes_are_fast():
     graph = _ladder(15_000)
     reach = Reachability(graph)

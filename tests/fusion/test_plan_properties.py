@@ -188,6 +188,7 @@ def test_generator_covers_the_op_kinds():
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_stitch_plans_large_random_dags_quickly(seed):
     # the slow path to watch: many cycle-breaking ILP rounds (one HiGHS solve each);

@@ -24,6 +24,7 @@ def lstm_400():
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 @pytest.mark.parametrize("planner,budget", [(plan_stitch, 10.0), (plan_xla, 5.0)])
 def test_lstm_400_steps_plans_within_budget(planner, budget):
     graphs = lstm_400()

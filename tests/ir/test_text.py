@@ -176,6 +176,7 @@ def test_nan_payloads_and_bits_round_trip():
     assert 'tensor(f32[3], b64"' in text  # payload NaNs fall back to bytes
 
 
+@pytest.mark.timing
 def test_thirty_thousand_node_chain_is_fast():
     t = TensorType((4, 8), "f32")
     nodes = [Node("x", "parameter", type=t)]

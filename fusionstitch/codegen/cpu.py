@@ -1,0 +1,1311 @@
+"""The C++ (OpenMP) target: prints a `Kernel` as an extern "C" function and compiles
+all kernels of one graph into one shared library.
+
+    cpp_source(kernel)      readable C++ of one kernel (the function only)
+    library_source(kernels) the whole translation unit: helpers + one function per kernel
+    compile_cpu(kernels)    one g++ run per graph (cached on disk), one callable per kernel
+
+A compiled callable `run(buffers, syms)` takes the tensors of `Kernel.buffers` in
+order and the integer values of `Kernel.syms` in order; it calls the C function
+`fs_<name>(in0, ..., out0, ..., sym0, ...)` through ctypes (pointers from
+`Tensor.data_ptr()`, ints as int64). Every component runs in turn; the x-loop of
+each is `#pragma omp parallel for` (serial below PARALLEL_GRAIN iterations, or
+iterations times rnumel, where waking the threads costs more than it saves). The
+OpenMP runtime is the one torch loaded (same soname), so `torch.set_num_threads`
+applies to these kernels too.
+
+How the loops are laid out (all of it follows from the IR, nothing is size-specific):
+
+* Dense versions: when some load/store index would be simpler for the expected
+  strides (a stride sym that `Kernel.bindings` binds to a buffer dimension is
+  expected row-major for the buffer's shape, another sym its `Sym.value`): a
+  complete unravelling `sum_k Digit(b, S, k) * stride_k` with row-major strides
+  becomes `b`, and a coefficient expected to be 1 disappears, the component is
+  printed twice:
+  `if (<those strides hold at launch>) { simple version } else { general version }`.
+  So contiguous inputs read `in0[x]` instead of a division and a modulo per
+  dimension, and reduction loops over r read unit strides and vectorise.
+* Flat components whose x is unravelled over sizes S (S[-1] expected >= MIN_ROW)
+  loop over `x = xo * S[-1] + xi`: the last digit of x is `xi` itself and the others
+  digits of xo, so broadcast operands (`in1[xi]`) cost no division, and the inner
+  loop is `#pragma omp simd`; the parallel loop runs over blocks of at most
+  ROW_BLOCK elements of a row.
+* Reduction loops over r get `#pragma omp simd reduction(...)` when that is legal
+  (below); flat loops get `simd` when their stores are (index moves with x, reads
+  no loaded value).
+
+Choices this target makes (where the IR leaves room):
+
+* Index arithmetic is int64_t whatever `Kernel.index_dtype` says; `Index` values
+  are int64_t variables, and `Value` leaves narrower than i64 are widened first.
+* Half types (f16, bf16): buffers are `uint16_t` bit patterns. A `Load` of a half
+  buffer yields a `float` at once; a variable of half dtype is a `float` whose value
+  is representable in that half type. So `cast` half -> f32 is a no-op, `cast` to a
+  half type rounds (round to nearest even, through float as c10 does; NaN, Inf and
+  subnormals handled: the FP16-library algorithm that c10::Half uses), and a `Store`
+  to a half buffer writes the bits (exact, the value being representable already).
+  An op other than `cast` whose dtype is a half type (the IR should not produce one)
+  computes in float and rounds its result; a half `Reduce` accumulates in float.
+  bf16: float -> bf16 rounds to nearest even, NaN becomes 0x7FC0 (c10's scalar path).
+* Integer add/sub/mul/neg/sum/prod wrap around (computed in unsigned types) as
+  torch's do; signed overflow is never undefined behaviour here.
+* Integer floordiv/remainder/fmod by zero give 0 (torch raises; a kernel must not
+  trap with SIGFPE), and x // -1 of the most negative value wraps.
+* floordiv of floats is c10's `div_floor_floating` (so 1.0 // 0.1 == 9, as torch);
+  remainder of floats is fmod corrected to the sign of the divisor.
+* float -> u8/i8/i16 casts go through int64 (torch: 300.7 -> u8 gives 44).
+* lshift/rshift by a negative amount or >= the bit width follow torch (0, or the
+  sign fill for rshift).
+* `exp`, `tanh` and `erf` of f32 (and half) values are branch-free functions of the
+  preamble so that loops calling them vectorise: exp is Sleef's expf_u10 algorithm
+  (~1 ulp, like torch's vectorised exp), tanh Cephes' tanhf (~2 ulp), erf a
+  polynomial / Numerical-Recipes-style erfc form fitted for float (~2.5 ulp);
+  `sigmoid` is 1 / (1 + exp(-x)). Other functions, and all of f64, are the C
+  library's (GCC builtins; scalar calls). The source includes no <cmath>: it would
+  double the compile time.
+* `maximum`/`minimum` and max/min reductions propagate NaN. A reduction loop is
+  `omp simd` when every reduction is sum, prod, max or min over a non-bool type
+  (max/min reduce the non-NaN values and a separate "saw a NaN" flag, so reordering
+  keeps NaN semantics) and every store in the loop writes an index that moves with r
+  and reads no loaded value. Float sums are then summed in SIMD lanes (a different
+  order than a serial loop, as torch's vectorised sums).
+* Reductions of b8 values: sum/max are `or`, prod/min are `and`.
+* Kernels assume their output buffers overlap neither the inputs nor each other
+  (pointers are `__restrict__`).
+* The C function of kernel `k` is `fs_<k.name>` (the prefix keeps it apart from C
+  library symbols such as `exp`), made unique within one library. A variable,
+  buffer or sym name that is not a C identifier (or clashes with a keyword or a name
+  the printer uses) is renamed in the source.
+
+Compiler: `g++`, or the command in the environment variable FUSIONSTITCH_CXX
+(split like a shell would, e.g. "ccache g++" or "clang++"). Flags: FLAGS, i.e.
+`-O3 -march=native -fopenmp -shared -fPIC -std=c++17 -ffp-contract=off
+-fno-trapping-math -fno-math-errno`. No -ffast-math: NaN, Inf and signed zeros keep
+their IEEE semantics. -fno-trapping-math only lets GCC if-convert floating-point
+selects (it assumes nobody reads the FP exception flags), without which loops
+calling exp do not vectorise; -fno-math-errno lets sqrt be an instruction (nobody
+reads errno). -march=native doubles the speed of vectorised loops (AVX2 against
+SSE2, measured on softmax, mean and exp*mul kernels); the cache key holds what it
+resolves to (`-Q --help=target`), so a cache folder shared by different machines
+gives each its own library. The library is cached under `cache_dir("cpu")` as
+`<digest>.so` (and the source next to it as `<digest>.cpp`), the digest covering
+the source, the flags, the compiler's version line and that -march value; it is
+written to a temporary file and renamed into place, so parallel processes share
+the cache. A missing or failing compiler raises `CompilerUnavailable` with the
+compiler's message (the caller falls back to torch); so does an IR the printer
+does not know. Counters: `kernels_compiled` (kernels in libraries actually
+compiled) and `cache_hits` (kernels found in the in-process table or on disk).
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import re
+import shlex
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable
+
+import torch
+
+from ..runtime import counters
+from ..runtime.cache import cache_dir, digest
+from . import expr as E
+from .kernel import (
+    BINARY,
+    COMPARISONS,
+    TERNARY,
+    UNARY,
+    Component,
+    Constant,
+    Index,
+    Kernel,
+    Load,
+    Op,
+    Reduce,
+    Stmt,
+    Store,
+)
+
+
+class CompilerUnavailable(Exception):
+    """No working C++ compiler (or the kernel could not be printed/compiled); fall back."""
+
+
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17",
+         "-ffp-contract=off", "-fno-trapping-math", "-fno-math-errno")
+
+# below this much work (x iterations, or x*r for reductions) a component runs serially
+PARALLEL_GRAIN = 32768
+# a flat loop split in rows runs blocks of at most this many elements of a row; it is
+# split only when rows are expected to have at least MIN_ROW elements
+ROW_BLOCK = 4096
+MIN_ROW = 16
+
+# ---------------------------------------------------------------------------
+# dtypes
+
+_CTYPE = {"f64": "double", "f32": "float", "f16": "float", "bf16": "float",
+          "i64": "int64_t", "i32": "int32_t", "i16": "int16_t", "i8": "int8_t",
+          "u8": "uint8_t", "b8": "bool"}
+_STORAGE = dict(_CTYPE, f16="uint16_t", bf16="uint16_t")
+_FLOATS = frozenset({"f64", "f32", "f16", "bf16"})
+_HALVES = frozenset({"f16", "bf16"})
+_INTS = frozenset({"i64", "i32", "i16", "i8", "u8"})
+_WIDE_UNSIGNED = {"i64": "uint64_t", "i32": "uint32_t", "i16": "uint32_t", "i8": "uint32_t",
+                  "u8": "uint32_t"}
+
+
+def _ctype(dtype: str) -> str:
+    try:
+        return _CTYPE[dtype]
+    except KeyError:
+        raise CompilerUnavailable(f"cpu backend: unsupported dtype {dtype!r}") from None
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype in _FLOATS
+
+
+# ---------------------------------------------------------------------------
+# the helpers every library starts with
+
+PREAMBLE = r"""// generated by fusionstitch.codegen.cpu
+// (no <cmath>: it doubles the compile time; math comes from GCC's __builtin functions)
+#include <cstdint>
+#include <type_traits>
+
+namespace fs {
+
+constexpr float inf = __builtin_inff();
+constexpr float nan = __builtin_nanf("");
+
+static inline uint32_t bits(float f) { uint32_t u; __builtin_memcpy(&u, &f, 4); return u; }
+static inline float from_bits(uint32_t u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
+static inline float fmod(float a, float b) { return __builtin_fmodf(a, b); }
+static inline double fmod(double a, double b) { return __builtin_fmod(a, b); }
+static inline float floor(float a) { return __builtin_floorf(a); }
+static inline double floor(double a) { return __builtin_floor(a); }
+static inline float copysign(float a, float b) { return __builtin_copysignf(a, b); }
+static inline double copysign(double a, double b) { return __builtin_copysign(a, b); }
+
+// IEEE binary16 <-> float: the FP16 library's algorithms (as c10::Half), round to
+// nearest even, NaN/Inf/subnormals exact.
+static inline float f16_to_f32(uint16_t h) {
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & 0x80000000u;
+    const uint32_t two_w = w + w;
+    const float normalized = from_bits((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+    const float denormalized = from_bits((two_w >> 17) | (126u << 23)) - 0.5f;
+    const uint32_t result = sign | (two_w < (1u << 27) ? bits(denormalized) : bits(normalized));
+    return from_bits(result);
+}
+
+static inline uint16_t f32_to_f16(float f) {
+    float base = (__builtin_fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
+    const uint32_t w = bits(f);
+    const uint32_t shl1_w = w + w;
+    const uint32_t sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xFF000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;
+    base = from_bits((bias >> 1) + 0x07800000u) + base;
+    const uint32_t b = bits(base);
+    const uint32_t nonsign = ((b >> 13) & 0x00007C00u) + (b & 0x00000FFFu);
+    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+// bfloat16 <-> float: round to nearest even, NaN -> 0x7FC0 (as c10::BFloat16)
+static inline float bf16_to_f32(uint16_t h) { return from_bits((uint32_t)h << 16); }
+
+static inline uint16_t f32_to_bf16(float f) {
+    if (__builtin_isnan(f)) return 0x7FC0;
+    const uint32_t u = bits(f);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float f16_round(float f) { return f16_to_f32(f32_to_f16(f)); }
+static inline float bf16_round(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+
+// integer arithmetic that wraps around (as torch's), never undefined behaviour
+template <class T> using uwide = std::make_unsigned_t<std::common_type_t<T, unsigned>>;
+template <class T> static inline T add(T a, T b) { return (T)((uwide<T>)a + (uwide<T>)b); }
+template <class T> static inline T sub(T a, T b) { return (T)((uwide<T>)a - (uwide<T>)b); }
+template <class T> static inline T mul(T a, T b) { return (T)((uwide<T>)a * (uwide<T>)b); }
+template <class T> static inline T neg(T a) { return (T)((uwide<T>)0 - (uwide<T>)a); }
+template <class T> static inline T abs_int(T a) { return a < 0 ? neg<T>(a) : a; }
+
+// integer division: by zero gives 0 (torch raises; a kernel must not trap)
+template <class T> static inline T floordiv_int(T a, T b) {
+    if (b == 0) return 0;
+    if (std::is_signed_v<T> && b == (T)-1) return neg<T>(a);
+    const T q = a / b, r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? (T)(q - 1) : q;
+}
+template <class T> static inline T remainder_int(T a, T b) {
+    if (b == 0 || (std::is_signed_v<T> && b == (T)-1)) return 0;
+    const T r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;
+}
+template <class T> static inline T fmod_int(T a, T b) {
+    if (b == 0 || (std::is_signed_v<T> && b == (T)-1)) return 0;
+    return a % b;
+}
+template <class T> static inline T pow_int(T a, T b) {
+    if (std::is_signed_v<T> && b < 0) {
+        if (a == 1) return 1;
+        if (a == (T)-1) return ((uwide<T>)0 - (uwide<T>)b) % 2 ? (T)-1 : (T)1;
+        return 0;
+    }
+    T result = 1;
+    while (b) {
+        if (b & 1) result = mul<T>(result, a);
+        b /= 2;
+        a = mul<T>(a, a);
+    }
+    return result;
+}
+template <class T> static inline T lshift(T a, T b) {
+    constexpr int width = sizeof(T) * 8;
+    if ((std::make_signed_t<T>)b < 0 || b >= width) return 0;
+    return (T)((uwide<T>)a << b);
+}
+template <class T> static inline T rshift(T a, T b) {
+    constexpr int max_shift = sizeof(T) * 8 - std::is_signed_v<T>;
+    if ((std::make_signed_t<T>)b < 0 || b >= max_shift) return (T)(a >> max_shift);
+    return (T)(a >> b);
+}
+
+// floating division as torch: c10's div_floor_floating; remainder takes the divisor's sign
+template <class T> static inline T floordiv_float(T a, T b) {
+    if (b == 0) return a / b;
+    const T mod = fmod(a, b);
+    T div = (a - mod) / b;
+    if ((mod != 0) && ((b < 0) != (mod < 0))) div -= T(1);
+    if (div == 0) return copysign(T(0), a / b);
+    T floordiv = floor(div);
+    if (div - floordiv > T(0.5)) floordiv += T(1);
+    return floordiv;
+}
+template <class T> static inline T remainder_float(T a, T b) {
+    T mod = fmod(a, b);
+    if ((mod != 0) && ((b < 0) != (mod < 0))) mod += b;
+    return mod;
+}
+
+// NaN-propagating maximum/minimum (torch.maximum/minimum)
+template <class T> static inline T maximum(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+        if (a != a || b != b) return (T)nan;
+    }
+    return a < b ? b : a;
+}
+template <class T> static inline T minimum(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+        if (a != a || b != b) return (T)nan;
+    }
+    return b < a ? b : a;
+}
+
+// exp of a float: Sleef's expf_u10 algorithm (error ~1 ulp, as torch's vectorised exp),
+// branch-free so that loops calling it vectorise (expf is a library call each time).
+static inline float exp_f32(float d) {
+    const float c = d <= 104.0f ? d : 104.0f;        // NaN -> 104 here, fixed at the end
+    const float dc = c >= -104.0f ? c : -104.0f;
+    const float round = 12582912.0f;                 // 1.5 * 2^23: round to nearest even
+    const float qf = (dc * 1.44269504088896340736f + round) - round;
+    const int32_t q = (int32_t)qf;
+    float s = dc - qf * 0.693145751953125f;          // Cody-Waite: this product is exact
+    s = s - qf * 1.428606765330187045e-06f;
+    float u = 0.000198527617612853646278381f;
+    u = u * s + 0.00139304355252534151077271f;
+    u = u * s + 0.00833336077630519866943359f;
+    u = u * s + 0.0416664853692054748535156f;
+    u = u * s + 0.166666671633720397949219f;
+    u = u * s + 0.5f;
+    u = (s * s) * u + (s + 1.0f);
+    const int32_t q1 = q >> 1;                       // 2^q in two steps (subnormal results)
+    u = u * from_bits((uint32_t)(q1 + 127) << 23) * from_bits((uint32_t)(q - q1 + 127) << 23);
+    u = d < -104.0f ? 0.0f : u;
+    u = d > 104.0f ? inf : u;
+    return d != d ? d : u;
+}
+
+// tanh of a float: Cephes' tanhf (a polynomial below 0.625, else 1 - 2 / (exp(2|x|) + 1)),
+// both sides computed and one selected so that loops vectorise; error ~2 ulp.
+static inline float tanh_f32(float x) {
+    const float a = __builtin_fabsf(x);
+    const float s = a * a;
+    float p = -5.70498872745e-3f;
+    p = p * s + 2.06390887954e-2f;
+    p = p * s + -5.37397155531e-2f;
+    p = p * s + 1.33314422036e-1f;
+    p = p * s + -3.33332819422e-1f;
+    const float small = (p * s) * a + a;
+    const float large = 1.0f - 2.0f / (exp_f32(a + a) + 1.0f);
+    return __builtin_copysignf(a < 0.625f ? small : large, x);   // NaN: large is NaN
+}
+
+// erf of a float, branch-free (error ~2.5 ulp): |x| < 1: x * P(x^2); 1 <= |x| < 4:
+// 1 - t * exp(G(t) - x^2) with t = 1 / (1 + |x|/2) (the form of Numerical Recipes'
+// erfcc, coefficients fitted for this range); beyond, 1.
+static inline float erf_f32(float x) {
+    const float a = __builtin_fabsf(x);
+    const float s = a * a;
+    float p = 6.947966903680936e-05f;
+    p = p * s + -0.0007698240806348622f;
+    p = p * s + 0.005146930925548077f;
+    p = p * s + -0.026827625930309296f;
+    p = p * s + 0.11282806843519211f;
+    p = p * s + -0.37612539529800415f;
+    p = p * s + 1.1283791065216064f;
+    const float small = a * p;
+    const float t = 1.0f / (0.5f * a + 1.0f);
+    float g = 0.16144682466983795f;
+    g = g * t + -0.21463052928447723f;
+    g = g * t + -0.22909590601921082f;
+    g = g * t + 0.2161301225423813f;
+    g = g * t + 0.3257817029953003f;
+    g = g * t + 1.0087555646896362f;
+    g = g * t + -1.2661305665969849f;
+    const float large = 1.0f - t * exp_f32(g - s);
+    const float y = a < 1.0f ? small : a < 4.0f ? large : 1.0f;
+    return x != x ? x : __builtin_copysignf(y, x);
+}
+
+template <class T> static inline T sign(T a) { return (T)((T(0) < a) - (a < T(0))); }
+
+}  // namespace fs
+"""
+
+# ---------------------------------------------------------------------------
+# names
+
+_CXX_KEYWORDS = frozenset("""
+alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t
+char16_t char32_t class compl concept const consteval constexpr constinit const_cast
+continue co_await co_return co_yield decltype default delete do double dynamic_cast else
+enum explicit export extern false float for friend goto if inline int long mutable
+namespace new noexcept not not_eq nullptr operator or or_eq private protected public
+register reinterpret_cast requires return short signed sizeof static static_assert
+static_cast struct switch template this thread_local throw true try typedef typeid
+typename union unsigned using virtual void volatile wchar_t while xor xor_eq
+fs std NAN INFINITY INT8_MIN INT8_MAX INT16_MIN INT16_MAX INT32_MIN INT32_MAX INT64_MIN
+INT64_MAX UINT8_MAX int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t
+x r xnumel rnumel xmask rmask main xo xi xinner xouter xblocks xblock xi_begin xi_end
+""".split())
+
+
+class _Names:
+    """IR names -> unique C identifiers (kept as they are where that is legal).
+    Buffers, syms and variables are separate name spaces in the IR, not in C."""
+
+    def __init__(self):
+        self.used = set(_CXX_KEYWORDS)
+        self.map: dict[tuple[str, str], str] = {}
+
+    def fresh(self, want: str) -> str:
+        base = re.sub(r"[^A-Za-z0-9_]", "_", want) or "v"
+        if base[0].isdigit():
+            base = "v_" + base
+        if base.startswith("__") or re.match(r"_[A-Z]", base):
+            base = "v" + base
+        name, i = base, 1
+        while name in self.used:
+            name, i = f"{base}_{i}", i + 1
+        self.used.add(name)
+        return name
+
+    def get(self, space: str, ir_name: str) -> str:
+        key = (space, ir_name)
+        if key not in self.map:
+            self.map[key] = self.fresh(ir_name)
+        return self.map[key]
+
+
+def _rename_expr(e: E.Expr, value_name, sym_name) -> E.Expr:
+    """The expression with Value and Sym leaves renamed (to their C spelling)."""
+    if isinstance(e, E.Value):
+        return E.Value(value_name(e.var))
+    if isinstance(e, E.Sym):
+        return dataclasses.replace(e, name=sym_name(e.name))
+    if isinstance(e, (E.Var, E.Const)):
+        return e
+    if isinstance(e, E.Add):
+        return E.Add(tuple(_rename_expr(t, value_name, sym_name) for t in e.terms))
+    if isinstance(e, E.Mul):
+        return E.Mul(tuple(_rename_expr(t, value_name, sym_name) for t in e.factors))
+    if isinstance(e, E.FloorDiv):
+        return E.FloorDiv(_rename_expr(e.a, value_name, sym_name),
+                          _rename_expr(e.b, value_name, sym_name))
+    if isinstance(e, E.Mod):
+        return E.Mod(_rename_expr(e.a, value_name, sym_name),
+                     _rename_expr(e.b, value_name, sym_name))
+    if isinstance(e, E.Digit):
+        return E.Digit(_rename_expr(e.base, value_name, sym_name),
+                       tuple(_rename_expr(s, value_name, sym_name) for s in e.sizes), e.k)
+    raise TypeError(e)
+
+
+# ---------------------------------------------------------------------------
+# dense versions: each component is printed twice when its accesses can be simplified
+# for the expected strides, and the simple version runs when the strides at launch are
+# those (contiguous inputs: `in0[x]` instead of a division and a modulo per dimension,
+# and r-loops with unit stride vectorise).
+
+
+def _expected_values(k: Kernel) -> dict[str, int]:
+    """What each sym is expected to be at launch: a stride that `Kernel.bindings` binds
+    to a buffer's dimension is expected row-major for the buffer's shape (contiguous
+    inputs are the common case; lowering does not know the real strides), any other
+    sym its value at lowering time (`Sym.value`)."""
+    shapes = {b.name: b.shape for b in k.buffers}
+    out: dict[str, int] = {}
+    for name, how in k.bindings:
+        if how and how[0] == "stride" and how[1] in shapes:
+            out[name] = 1
+            for n in shapes[how[1]][how[2] + 1:]:
+                out[name] *= n
+    return out
+
+
+def _lowering_value(e: E.Expr, values: dict[str, int]) -> int | None:
+    """The expected value of a size/stride expression (`values`, else Sym.value); None
+    if it reads a loop variable or a loaded value."""
+    if isinstance(e, E.Const):
+        return e.value
+    if isinstance(e, E.Sym):
+        return values.get(e.name, e.value)
+    if isinstance(e, (E.Add, E.Mul)):
+        parts = [_lowering_value(t, values)
+                 for t in (e.terms if isinstance(e, E.Add) else e.factors)]
+        if any(p is None for p in parts):
+            return None
+        total = 0 if isinstance(e, E.Add) else 1
+        for p in parts:
+            total = total + p if isinstance(e, E.Add) else total * p
+        return total
+    if isinstance(e, (E.FloorDiv, E.Mod)):
+        a, b = _lowering_value(e.a, values), _lowering_value(e.b, values)
+        if a is None or not b:
+            return None
+        return a // b if isinstance(e, E.FloorDiv) else a % b
+    return None
+
+
+def _split_term(t: E.Expr, values) -> tuple[E.Expr | None, E.Expr]:
+    """term = position * coefficient, the coefficient free of loop variables and values."""
+    if isinstance(t, E.Mul):
+        pos = [f for f in t.factors if _lowering_value(f, values) is None]
+        if len(pos) == 1:
+            return pos[0], E.mul(*(f for f in t.factors if f is not pos[0]))
+        return None, t
+    if _lowering_value(t, values) is None:
+        return t, E.ONE
+    return None, t
+
+
+def _specialize(e: E.Expr, values: dict[str, int]) -> tuple[E.Expr, list[tuple[E.Expr, E.Expr]]]:
+    """`e` simplified for the expected strides (`_expected_values`), and the equalities
+    that make the simplification exact: a complete unravelling
+    sum(Digit(b, S, k) * stride_k) with row-major strides becomes `b` (assuming
+    0 <= b < prod(S), as for any unravelled index), and a coefficient expected to be 1
+    goes away."""
+    terms = e.terms if isinstance(e, E.Add) else (e,)
+    split = [_split_term(t, values) for t in terms]
+    conds: list[tuple[E.Expr, E.Expr]] = []
+    groups: dict[tuple, dict[int, list[int]]] = {}
+    for i, (pos, coef) in enumerate(split):
+        if isinstance(pos, E.Digit):
+            groups.setdefault((pos.base, pos.sizes), {}).setdefault(pos.k, []).append(i)
+    collapsed: dict[int, E.Expr] = {}       # first term of a collapsed group -> its base
+    done: set[int] = set()
+    for (base, sizes), by_k in groups.items():
+        needed = [k for k, s in enumerate(sizes) if not (isinstance(s, E.Const) and s.value == 1)]
+        if sorted(by_k) != needed or any(len(v) != 1 for v in by_k.values()):
+            continue
+        pairs = [(split[by_k[k][0]][1], E.product(sizes[k + 1:])) for k in needed]
+        # (a constant stride against a size sym would make the dense version size-specific)
+        if all(_lowering_value(c, values) == _lowering_value(w, values) and
+               (c == w or not isinstance(c, E.Const)) for c, w in pairs):
+            conds += [(c, w) for c, w in pairs if c != w]
+            collapsed[min(v[0] for v in by_k.values())] = base
+            done.update(v[0] for v in by_k.values())
+    out: list[E.Expr] = []
+    for i, (pos, coef) in enumerate(split):
+        if i in collapsed:
+            out.append(collapsed[i])
+        elif i in done:
+            continue
+        elif pos is not None and coef != E.ONE and _lowering_value(coef, values) == 1:
+            conds.append((coef, E.ONE))
+            out.append(pos)
+        else:
+            out.append(terms[i])
+    return E.add(*out), conds
+
+
+def _digit_sizes(e: E.Expr) -> list[tuple[E.Expr, ...]]:
+    """The sizes of every unravelling of x in `e`."""
+    if isinstance(e, E.Digit):
+        own = [e.sizes] if e.base == E.Var("x") else []
+        return own + _digit_sizes(e.base) + [s for z in e.sizes for s in _digit_sizes(z)]
+    if isinstance(e, E.Add):
+        return [s for t in e.terms for s in _digit_sizes(t)]
+    if isinstance(e, E.Mul):
+        return [s for t in e.factors for s in _digit_sizes(t)]
+    if isinstance(e, (E.FloorDiv, E.Mod)):
+        return _digit_sizes(e.a) + _digit_sizes(e.b)
+    return []
+
+
+def _split_rows(e: E.Expr, rows: tuple[E.Expr, ...]) -> E.Expr:
+    """`e` for x = xo * rows[-1] + xi (0 <= xi < rows[-1]): the digits of x over `rows`
+    become xi (the last) and digits of xo over rows[:-1]."""
+    if isinstance(e, E.Digit):
+        if e.base == E.Var("x") and e.sizes == rows:
+            if e.k == len(rows) - 1:
+                return E.Var("xi")
+            return E.Digit(E.Var("xo"), rows[:-1], e.k)
+        return E.Digit(_split_rows(e.base, rows), tuple(_split_rows(s, rows) for s in e.sizes),
+                       e.k)
+    if isinstance(e, E.Add):
+        return E.Add(tuple(_split_rows(t, rows) for t in e.terms))
+    if isinstance(e, E.Mul):
+        return E.Mul(tuple(_split_rows(t, rows) for t in e.factors))
+    if isinstance(e, E.FloorDiv):
+        return E.FloorDiv(_split_rows(e.a, rows), _split_rows(e.b, rows))
+    if isinstance(e, E.Mod):
+        return E.Mod(_split_rows(e.a, rows), _split_rows(e.b, rows))
+    return e
+
+
+def _simd_safe(body, loop_vars: tuple[str, ...]) -> bool:
+    """Whether the iterations of a loop over `loop_vars` may run as SIMD lanes: every
+    store writes an index that moves with the loop and reads no loaded value."""
+    for s in body:
+        if isinstance(s, Store):
+            fv = E.free_vars(s.index)
+            if not fv & set(loop_vars) or fv - {"x", "r"}:
+                return False
+    return True
+
+
+# ---------------------------------------------------------------------------
+# constants
+
+
+def _float_literal(value: float, dtype: str) -> str:
+    import math
+    import struct
+    v = float(value)
+    if dtype in ("f32", "f16", "bf16"):
+        try:
+            v = struct.unpack("<f", struct.pack("<f", v))[0]
+        except OverflowError:
+            v = math.copysign(math.inf, v)
+        if dtype == "f16":
+            try:
+                v = struct.unpack("<e", struct.pack("<e", v))[0]
+            except OverflowError:
+                v = math.copysign(math.inf, v)
+        elif dtype == "bf16" and math.isfinite(v):
+            u = struct.unpack("<I", struct.pack("<f", v))[0]
+            u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+            v = struct.unpack("<f", struct.pack("<I", u & 0xFFFFFFFF))[0]
+    if math.isnan(v):
+        return "fs::nan"
+    if math.isinf(v):
+        return "fs::inf" if v > 0 else "-fs::inf"
+    text = repr(v)
+    return text if dtype == "f64" else text + "f"
+
+
+def _literal(value, dtype: str) -> str:
+    if dtype == "b8":
+        return "true" if value else "false"
+    if dtype in _FLOATS:
+        return _float_literal(value, dtype)
+    v = int(value)
+    return "INT64_MIN" if dtype == "i64" and v == -2**63 else str(v)
+
+
+# ---------------------------------------------------------------------------
+# the printer
+
+# unary float ops that are C library functions (GCC builtins: `__builtin_<name>[f]`)
+_UNARY_FLOAT = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log1p": "log1p",
+                "expm1": "expm1", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan",
+                "tanh": "tanh", "erf": "erf", "floor": "floor", "ceil": "ceil",
+                "round": "nearbyint", "trunc": "trunc", "abs": "fabs"}
+_INT_LIMITS = {"i64": ("INT64_MIN", "INT64_MAX"), "i32": ("INT32_MIN", "INT32_MAX"),
+               "i16": ("INT16_MIN", "INT16_MAX"), "i8": ("INT8_MIN", "INT8_MAX"),
+               "u8": ("0", "UINT8_MAX")}
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_REDUCE_INIT_FLOAT = {"sum": "0", "prod": "1", "max": "-fs::inf", "min": "fs::inf"}
+
+
+def _libm(name: str, dtype: str) -> str:
+    """The C library function `name` for a float dtype: __builtin_exp / __builtin_expf."""
+    return f"__builtin_{name}" if dtype == "f64" else f"__builtin_{name}f"
+
+
+class _Printer:
+    def __init__(self, kernel: Kernel, fname: str):
+        self.k = kernel
+        self.fname = fname
+        self.names = _Names()
+        self.lines: list[str] = []
+        self.buffers = {b.name: b for b in kernel.buffers}
+        for b in kernel.buffers:            # parameters keep their names first
+            self.names.get("buffer", b.name)
+        for s in kernel.syms:
+            self.names.get("sym", s.name)
+        self.index_dtype = kernel.index_dtype if kernel.index_dtype in _INTS else "i64"
+        self.int64_vars: set[str] = set()     # Index results: int64_t whatever their dtype
+        self.fast = False                      # printing the dense version of a component
+        self.rows: tuple[E.Expr, ...] | None = None   # printing a flat loop split in rows
+        self.acc_names: dict[str, tuple[str, str | None]] = {}
+        self.expected = _expected_values(kernel)
+
+    # -- helpers
+    def emit(self, depth: int, text: str) -> None:
+        self.lines.append("    " * depth + text)
+
+    def var(self, name: str) -> str:
+        return self.names.get("var", name)
+
+    def buf(self, name: str) -> str:
+        return self.names.get("buffer", name)
+
+    def sym(self, name: str) -> str:
+        return self.names.get("sym", name)
+
+    def dtype_of(self, env: dict[str, str], name: str) -> str:
+        if name in ("xmask", "rmask"):
+            return "b8"
+        try:
+            return env[name]
+        except KeyError:
+            raise CompilerUnavailable(
+                f"cpu backend: kernel {self.k.name}: variable {name!r} used before it is "
+                f"defined") from None
+
+    def index(self, e: E.Expr, env: dict[str, str], access: bool = False) -> str:
+        """C text of an index expression (`access`: of a load/store, specialised in the
+        dense version of a component)."""
+        if access and self.fast:
+            e = _specialize(e, self.expected)[0]
+        if self.rows is not None:
+            e = _split_rows(e, self.rows)
+
+        def value_name(v: str) -> str:
+            c = self.var(v)
+            return c if env.get(v, "i64") == "i64" or v in self.int64_vars else f"(int64_t){c}"
+        return E.to_source(_rename_expr(e, value_name, self.sym), floordiv_op="/")
+
+    # -- the function
+    def function(self) -> str:
+        k = self.k
+        params = []
+        for b in k.buffers:
+            const = "" if b.is_output else "const "
+            if b.dtype not in _STORAGE:
+                raise CompilerUnavailable(f"cpu backend: unsupported dtype {b.dtype!r}")
+            params.append(f"{const}{_STORAGE[b.dtype]}* __restrict__ {self.buf(b.name)}")
+        params += [f"int64_t {self.sym(s.name)}" for s in k.syms]
+        self.emit(0, f"// kernel {k.name}: {len(k.buffers)} buffers, {len(k.syms)} syms, "
+                     f"{len(k.components)} component(s)")
+        self.emit(0, f'extern "C" void {self.fname}(')
+        for i, p in enumerate(params):
+            self.emit(1, p + ("," if i + 1 < len(params) else ") {"))
+        if not params:
+            self.lines[-1] += ") {"
+        for i, c in enumerate(k.components):
+            self.component(i, c)
+        self.emit(0, "}")
+        return "\n".join(self.lines) + "\n"
+
+    def component(self, i: int, c: Component) -> None:
+        env0: dict[str, str] = {}
+        xn = self.index(c.xnumel, env0)
+        if c.kind == "flat":
+            self.emit(1, f"// component {i}: flat, x < {xn}")
+        elif c.kind == "reduce":
+            rn = self.index(c.rnumel, env0)
+            self.emit(1, f"// component {i}: reduce, x < {xn}, r < {rn}, "
+                         f"{len(c.loops)} loop(s) over r")
+        else:
+            raise CompilerUnavailable(f"cpu backend: unknown component kind {c.kind!r}")
+        self.emit(1, "{")
+        self.emit(2, f"const int64_t xnumel = {xn};")
+        if c.kind == "reduce":
+            self.emit(2, f"const int64_t rnumel = {rn};")
+        conds = self.dense_conditions(c)
+        if conds:
+            self.emit(2, f"if ({' && '.join(conds)}) {{  // dense: the expected strides")
+            self.fast = True
+            self.component_loop(3, c)
+            self.fast = False
+            self.emit(2, "} else {")
+            self.component_loop(3, c)
+            self.emit(2, "}")
+        else:
+            self.component_loop(2, c)
+        self.emit(1, "}")
+
+    def dense_conditions(self, c: Component) -> list[str]:
+        """Run-time tests under which `_specialize` holds for every access of `c`."""
+        found: list[tuple[E.Expr, E.Expr]] = []
+        for body in [c.body] + [loop.body for loop in c.loops]:
+            for s in body:
+                if isinstance(s, (Load, Store)):
+                    found += _specialize(s.index, self.expected)[1]
+        out = []
+        for a, b in found:
+            text = f"{self.index(a, {})} == {self.index(b, {})}"
+            if text not in out:
+                out.append(text)
+        return out
+
+    def component_loop(self, depth: int, c: Component) -> None:
+        """The parallel loop over x of a component (with `self.fast`: the dense version)."""
+        if c.kind == "flat":
+            self.flat_loop(depth, c)
+            return
+        self.emit(depth, "#pragma omp parallel for schedule(static) "
+                         f"if(xnumel > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})")
+        self.emit(depth, "for (int64_t x = 0; x < xnumel; ++x) {")
+        everything = [s for loop in c.loops for s in loop.body] + list(c.body)
+        self.masks(depth + 1, everything, "xmask")
+        env: dict[str, str] = {}
+        for j, loop in enumerate(c.loops):
+            self.loop(depth + 1, j, loop.body, env)
+        if c.body:
+            if c.loops:
+                self.emit(depth + 1, "// per x")
+            self.stmts(depth + 1, c.body, env, None)
+        self.emit(depth, "}")
+
+    def flat_loop(self, depth: int, c: Component) -> None:
+        simd = "simd " if _simd_safe(c.body, ("x",)) else ""
+        rows = self.row_sizes(c)
+        if rows is None:
+            self.emit(depth, f"#pragma omp parallel for {simd}schedule(static) "
+                             f"if(xnumel >= {PARALLEL_GRAIN})")
+            self.emit(depth, "for (int64_t x = 0; x < xnumel; ++x) {")
+            self.masks(depth + 1, c.body, "xmask")
+            self.stmts(depth + 1, c.body, {}, None)
+            self.emit(depth, "}")
+            return
+        # x = xo * xinner + xi with 0 <= xi < xinner: the last digit of x over `rows` is
+        # xi and the others are digits of xo, exactly, whatever xnumel is (the last row
+        # may be partial). The inner loop divides nothing (broadcast operands) and
+        # vectorises; the parallel loop runs over blocks of rows.
+        last = self.index(rows[-1], {})
+        self.emit(depth, f"const int64_t xinner = {last} > 0 ? {last} : 1;  "
+                         f"// x = xo * xinner + xi")
+        self.emit(depth, "const int64_t xouter = (xnumel + xinner - 1) / xinner;")
+        self.emit(depth, f"const int64_t xblocks = (xinner + {ROW_BLOCK - 1}) / {ROW_BLOCK};")
+        self.emit(depth, f"#pragma omp parallel for schedule(static) "
+                         f"if(xnumel >= {PARALLEL_GRAIN})")
+        self.emit(depth, "for (int64_t xblock = 0; xblock < xouter * xblocks; ++xblock) {")
+        self.emit(depth + 1, "const int64_t xo = xblock / xblocks;")
+        self.emit(depth + 1, f"const int64_t xi_begin = (xblock % xblocks) * {ROW_BLOCK};")
+        self.emit(depth + 1, f"int64_t xi_end = xi_begin + {ROW_BLOCK} < xinner ? "
+                             f"xi_begin + {ROW_BLOCK} : xinner;")
+        self.emit(depth + 1, "if (xi_end > xnumel - xo * xinner) xi_end = xnumel - xo * xinner;")
+        if simd:
+            self.emit(depth + 1, "#pragma omp simd")
+        self.emit(depth + 1, "for (int64_t xi = xi_begin; xi < xi_end; ++xi) {")
+        self.emit(depth + 2, "const int64_t x = xo * xinner + xi;")
+        self.masks(depth + 2, c.body, "xmask")
+        self.rows = rows
+        self.stmts(depth + 2, c.body, {}, None)
+        self.rows = None
+        self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+
+    def row_sizes(self, c: Component) -> tuple[E.Expr, ...] | None:
+        """The sizes S that x is most often unravelled over (in this version of the
+        component), if rows of S[-1] are long enough to be worth a loop of their own."""
+        count: dict[tuple[E.Expr, ...], int] = {}
+        for s in c.body:
+            if isinstance(s, (Load, Store, Index)):
+                e = _specialize(s.index, self.expected)[0] \
+                    if self.fast and not isinstance(s, Index) else s.index
+                for sizes in _digit_sizes(e):
+                    count[sizes] = count.get(sizes, 0) + 1
+        for sizes in sorted(count, key=count.get, reverse=True):
+            last = _lowering_value(sizes[-1], self.expected)
+            if len(sizes) >= 2 and (last is None or last >= MIN_ROW):
+                return sizes
+        return None
+
+    def masks(self, depth: int, stmts, mask: str) -> None:
+        used = False
+        for s in stmts:
+            if isinstance(s, (Load, Store)) and s.mask == mask:
+                used = True
+            elif isinstance(s, Op) and mask in s.args:
+                used = True
+            elif isinstance(s, Reduce) and s.value == mask:
+                used = True
+        if used:
+            self.emit(depth, f"const bool {mask} = true;")
+
+    # -- a loop over r
+    def loop(self, depth: int, j: int, body, env: dict[str, str]) -> None:
+        reduces = [s for s in body if isinstance(s, Reduce)]
+        accs = {}
+        clauses = []
+        simd = True
+        for red in reduces:
+            if red.kind not in ("sum", "prod", "max", "min"):
+                raise CompilerUnavailable(f"cpu backend: unknown reduction {red.kind!r}")
+            dt = red.dtype
+            ct = _ctype(dt)
+            if red.var not in self.acc_names:    # the same names in both versions
+                self.acc_names[red.var] = (self.names.fresh(self.var(red.var) + "_acc"),
+                                           self.names.fresh(self.var(red.var) + "_nan"))
+            acc, nan_name = self.acc_names[red.var]
+            nan = None
+            if dt == "b8":
+                simd = False
+                init = {"sum": "false", "prod": "true", "max": "false", "min": "true"}[red.kind]
+                self.emit(depth, f"bool {acc} = {init};")
+            elif dt in _FLOATS:
+                self.emit(depth, f"{ct} {acc} = {_REDUCE_INIT_FLOAT[red.kind]};")
+                if red.kind in ("max", "min"):
+                    nan = nan_name
+                    self.emit(depth, f"int {nan} = 0;  // saw a NaN")
+                    clauses.append(f"|:{nan}")
+            elif red.kind in ("sum", "prod"):
+                ct = _WIDE_UNSIGNED[dt]    # wraps around
+                self.emit(depth, f"{ct} {acc} = {'0' if red.kind == 'sum' else '1'};")
+            else:
+                lim = _INT_LIMITS[dt][0 if red.kind == "max" else 1]
+                self.emit(depth, f"{ct} {acc} = {lim};")
+            if dt != "b8":
+                clauses.append({"sum": "+", "prod": "*", "max": "max", "min": "min"}[red.kind]
+                               + f":{acc}")
+            accs[red.var] = (acc, nan)
+        simd = simd and _simd_safe(body, ("r",))
+        self.emit(depth, f"// loop {j} over r")
+        if simd:
+            self.emit(depth, "#pragma omp simd" + "".join(
+                f" reduction({c})" for c in clauses))
+        self.emit(depth, "for (int64_t r = 0; r < rnumel; ++r) {")
+        self.masks(depth + 1, body, "rmask")
+        self.stmts(depth + 1, body, dict(env), accs)
+        self.emit(depth, "}")
+        # results, visible to later loops and the epilogue
+        for red in reduces:
+            acc, nan = accs[red.var]
+            value = acc
+            if nan:
+                value = f"{nan} ? fs::nan : {acc}"
+            elif red.dtype in _INTS and red.kind in ("sum", "prod"):
+                value = f"({_ctype(red.dtype)}){acc}"
+            if red.dtype in _HALVES:
+                value = f"fs::{red.dtype}_round({value})"
+            self.emit(depth, f"const {_ctype(red.dtype)} {self.var(red.var)} = {value};")
+            env[red.var] = red.dtype
+
+    # -- statements
+    def stmts(self, depth: int, body, env: dict[str, str], accs) -> None:
+        for s in body:
+            self.stmt(depth, s, env, accs)
+
+    def stmt(self, depth: int, s: Stmt, env: dict[str, str], accs) -> None:
+        if isinstance(s, Load):
+            b = self.buffers.get(s.buffer)
+            if b is None:
+                raise CompilerUnavailable(f"cpu backend: unknown buffer {s.buffer!r}")
+            ref = f"{self.buf(b.name)}[{self.index(s.index, env, access=True)}]"
+            if b.dtype in _HALVES:
+                ref = f"fs::{b.dtype}_to_f32({ref})"
+            dt = s.dtype if s.dtype in _CTYPE else b.dtype
+            ct = _ctype(dt)
+            if s.mask:
+                zero = _literal(0, dt)
+                text = f"{self.mask(s.mask, env)} ? {ref} : {zero}"
+            else:
+                text = ref
+            self.emit(depth, f"const {ct} {self.var(s.var)} = {text};")
+            env[s.var] = dt
+        elif isinstance(s, Index):
+            self.emit(depth, f"const int64_t {self.var(s.var)} = {self.index(s.index, env)};")
+            env[s.var] = self.index_dtype
+            self.int64_vars.add(s.var)
+        elif isinstance(s, Constant):
+            self.emit(depth, f"const {_ctype(s.dtype)} {self.var(s.var)} = "
+                             f"{_literal(s.value, s.dtype)};")
+            env[s.var] = s.dtype
+        elif isinstance(s, Op):
+            text = self.op(s, env)
+            self.emit(depth, f"const {_ctype(s.dtype)} {self.var(s.var)} = {text};")
+            env[s.var] = s.dtype
+        elif isinstance(s, Store):
+            b = self.buffers.get(s.buffer)
+            if b is None:
+                raise CompilerUnavailable(f"cpu backend: unknown buffer {s.buffer!r}")
+            v = self.var(s.value) if s.value not in ("xmask", "rmask") else "true"
+            self.dtype_of(env, s.value)
+            if b.dtype in _HALVES:
+                v = f"fs::f32_to_{b.dtype}({v})"
+            text = f"{self.buf(b.name)}[{self.index(s.index, env, access=True)}] = {v};"
+            if s.mask:
+                text = f"if ({self.mask(s.mask, env)}) {text}"
+            self.emit(depth, text)
+        elif isinstance(s, Reduce):
+            if accs is None or s.var not in accs:
+                raise CompilerUnavailable("cpu backend: Reduce outside a loop over r")
+            acc, nan = accs[s.var]
+            v = self.arg(s.value, env)[0]
+            dt = s.dtype
+            if dt == "b8":
+                op = {"sum": "||", "max": "||", "prod": "&&", "min": "&&"}[s.kind]
+                self.emit(depth, f"{acc} = {acc} {op} {v};")
+            elif s.kind in ("sum", "prod"):
+                op = "+=" if s.kind == "sum" else "*="
+                if dt in _INTS:
+                    v = f"({_WIDE_UNSIGNED[dt]}){v}"
+                self.emit(depth, f"{acc} {op} {v};")
+            else:
+                cmp = ">" if s.kind == "max" else "<"
+                self.emit(depth, f"{acc} = {v} {cmp} {acc} ? {v} : {acc};")
+                if nan:
+                    self.emit(depth, f"{nan} |= {v} != {v};")
+        else:
+            raise CompilerUnavailable(f"cpu backend: unknown statement {s!r}")
+
+    def mask(self, name: str, env) -> str:
+        if name in ("xmask", "rmask"):
+            return name
+        self.dtype_of(env, name)
+        return self.var(name)
+
+    def arg(self, name: str, env) -> tuple[str, str]:
+        return (name if name in ("xmask", "rmask") else self.var(name)), self.dtype_of(env, name)
+
+    def op(self, s: Op, env) -> str:
+        n = len(s.args)
+        want = 1 if s.op in UNARY else 2 if s.op in BINARY else 3 if s.op in TERNARY else None
+        if want is None:
+            raise CompilerUnavailable(f"cpu backend: unknown op {s.op!r}")
+        if n != want:
+            raise CompilerUnavailable(f"cpu backend: {s.op} takes {want} argument(s), got {n}")
+        args = [self.arg(a, env) for a in s.args]
+        dt = s.dtype
+        if s.op == "cast":
+            return self.cast(args[0][0], args[0][1], dt)
+        text = self.compute(s.op, args, dt)
+        if dt in _HALVES and s.op not in COMPARISONS:
+            text = f"fs::{dt}_round({text})"
+        return text
+
+    def cast(self, a: str, src: str, dst: str) -> str:
+        if src == dst or (src in _HALVES and dst == "f32"):
+            return a
+        if dst == "b8":
+            return f"{a} != 0"
+        if dst in _HALVES:
+            return f"fs::{dst}_round((float){a})" if src != "f32" and src not in _HALVES \
+                else f"fs::{dst}_round({a})"
+        ct = _ctype(dst)
+        if src in _FLOATS and dst in ("u8", "i8", "i16"):
+            return f"({ct})(int64_t){a}"
+        return f"({ct}){a}"
+
+    def compute(self, op: str, args, dt: str) -> str:
+        ct = _ctype(dt)
+        fl = dt in _FLOATS
+        b8 = dt == "b8"
+        a = args[0][0]
+        b = args[1][0] if len(args) > 1 else None
+        one = "1.0" if dt == "f64" else "1.0f"
+        if op == "where":
+            return f"{a} ? {b} : {args[2][0]}"
+        if op in COMPARISONS:
+            return f"{a} {_CMP[op]} {b}"
+        # unary
+        if op == "neg":
+            return f"-{a}" if fl else f"fs::neg<{ct}>({a})"
+        if op == "abs":
+            if fl:
+                return f"{_libm('fabs', dt)}({a})"
+            return a if b8 or dt == "u8" else f"fs::abs_int<{ct}>({a})"
+        if op in ("floor", "ceil", "round", "trunc") and not fl:
+            return a
+        if op in ("exp", "tanh", "erf") and dt != "f64":
+            self.need_float(op, dt)
+            return f"fs::{op}_f32({a})"
+        if op in _UNARY_FLOAT:
+            self.need_float(op, dt)
+            return f"{_libm(_UNARY_FLOAT[op], dt)}({a})"
+        if op == "rsqrt":
+            self.need_float(op, dt)
+            return f"{one} / {_libm('sqrt', dt)}({a})"
+        if op == "sigmoid":
+            self.need_float(op, dt)
+            exp = "__builtin_exp" if dt == "f64" else "fs::exp_f32"
+            return f"{one} / ({one} + {exp}(-{a}))"
+        if op == "reciprocal":
+            self.need_float(op, dt)
+            return f"{one} / {a}"
+        if op == "sign":
+            return a if b8 else f"fs::sign<{ct}>({a})"
+        if op == "not":
+            return f"!{a}"
+        if op == "bitwise_not":
+            return f"!{a}" if b8 else f"({ct})~{a}"
+        if op in ("isnan", "isinf"):
+            return f"__builtin_{op}({a})" if args[0][1] in _FLOATS else "false"
+        # binary
+        if op in ("add", "sub", "mul"):
+            if fl:
+                return f"{a} { {'add': '+', 'sub': '-', 'mul': '*'}[op]} {b}"
+            if b8:
+                if op == "sub":
+                    raise CompilerUnavailable("cpu backend: sub of bools")
+                return f"{a} || {b}" if op == "add" else f"{a} && {b}"
+            return f"fs::{op}<{ct}>({a}, {b})"
+        if op == "truediv":
+            self.need_float(op, dt)
+            return f"{a} / {b}"
+        if op == "floordiv":
+            return f"fs::floordiv_float<{ct}>({a}, {b})" if fl else \
+                f"fs::floordiv_int<{ct}>({a}, {b})"
+        if op == "remainder":
+            return f"fs::remainder_float<{ct}>({a}, {b})" if fl else \
+                f"fs::remainder_int<{ct}>({a}, {b})"
+        if op == "fmod":
+            return f"{_libm('fmod', dt)}({a}, {b})" if fl else f"fs::fmod_int<{ct}>({a}, {b})"
+        if op == "pow":
+            return f"{_libm('pow', dt)}({a}, {b})" if fl else f"fs::pow_int<{ct}>({a}, {b})"
+        if op in ("maximum", "minimum"):
+            if b8:
+                return f"{a} || {b}" if op == "maximum" else f"{a} && {b}"
+            return f"fs::{op}<{ct}>({a}, {b})"
+        if op == "and":
+            return f"{a} && {b}"
+        if op == "or":
+            return f"{a} || {b}"
+        if op == "xor":
+            return f"(bool){a} != (bool){b}"
+        if op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+            c = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}[op]
+            return f"{a} {c} {b}" if b8 else f"({ct})({a} {c} {b})"
+        if op in ("lshift", "rshift"):
+            return f"fs::{op}<{ct}>({a}, {b})"
+        raise CompilerUnavailable(f"cpu backend: op {op!r} on {dt} is not supported")
+
+    def need_float(self, op: str, dt: str) -> None:
+        if dt not in _FLOATS:
+            raise CompilerUnavailable(f"cpu backend: {op} computes in floats, not {dt}")
+
+
+def _function_name(kernel: Kernel) -> str:
+    """`fs_<kernel name>`: the prefix keeps kernels apart from C library symbols (exp, ...)."""
+    return "fs_" + (re.sub(r"[^A-Za-z0-9_]", "_", kernel.name) or "kernel")
+
+
+def cpp_source(kernel: Kernel, name: str | None = None) -> str:
+    """Readable C++ of one kernel: `extern "C" void fs_<kernel.name>(buffers..., syms...)`.
+
+    The function uses the helpers of `PREAMBLE` (namespace `fs`); `library_source`
+    gives a complete translation unit.
+    """
+    return _Printer(kernel, name or _function_name(kernel)).function()
+
+
+def _symbols(kernels: list[Kernel]) -> list[str]:
+    """A distinct C symbol per kernel (kernel names, made unique)."""
+    used: set[str] = set()
+    out = []
+    for k in kernels:
+        base = _function_name(k)
+        name, i = base, 1
+        while name in used:
+            name, i = f"{base}_{i}", i + 1
+        used.add(name)
+        out.append(name)
+    return out
+
+
+def library_source(kernels: list[Kernel]) -> str:
+    """The whole library: the helpers, then one function per kernel."""
+    parts = [PREAMBLE]
+    for k, sym in zip(kernels, _symbols(kernels)):
+        parts.append(cpp_source(k, sym))
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------
+# compiling and loading
+
+_LOCK = threading.Lock()
+_LOADED: dict[str, ctypes.CDLL] = {}          # digest -> library (this process)
+_TOOLCHAIN: dict[str, tuple[str, str] | str] = {}  # compiler command -> (version, arch) or error
+
+
+def _compiler() -> list[str]:
+    return shlex.split(os.environ.get("FUSIONSTITCH_CXX") or "g++") or ["g++"]
+
+
+def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          errors="replace", timeout=timeout, check=False)
+
+
+def _tail(text: str, n: int = 3000) -> str:
+    text = (text or "").strip()
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def _cpu_flags() -> str:
+    """This CPU's feature flags (Linux), for compilers that cannot say what -march=native
+    means."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return digest(next((line for line in f if line.startswith(("flags", "Features"))),
+                               ""))
+    except OSError:
+        return ""
+
+
+def _toolchain(cxx: list[str]) -> tuple[str, str]:
+    """(compiler version line, what -march=native means here), once per compiler."""
+    key = "\0".join(cxx)
+    got = _TOOLCHAIN.get(key)
+    if got is None:
+        try:
+            p = _run([*cxx, "--version"], 60)
+            if p.returncode != 0 or not p.stdout.strip():
+                raise CompilerUnavailable(
+                    f"C++ compiler {' '.join(cxx)!r} failed (exit {p.returncode}): "
+                    f"{_tail(p.stderr or p.stdout)}")
+            version = p.stdout.strip().splitlines()[0]
+            arch = ""
+            if "-march=native" in FLAGS:
+                q = _run([*cxx, "-march=native", "-Q", "--help=target"], 60)
+                arch = digest(q.stdout) if q.returncode == 0 else _cpu_flags()
+            got = (version, arch)
+        except (OSError, subprocess.SubprocessError) as e:
+            got = f"C++ compiler {' '.join(cxx)!r} is not available: {e}"
+        except CompilerUnavailable as e:
+            got = str(e)
+        _TOOLCHAIN[key] = got
+    if isinstance(got, str):
+        raise CompilerUnavailable(got)
+    return got
+
+
+def _build(cxx: list[str], source: str, folder: str, key: str) -> str:
+    """Compile `source` into `<folder>/<key>.so` (atomically); returns the path."""
+    target = os.path.join(folder, key + ".so")
+    fd, src = tempfile.mkstemp(prefix=key + ".", suffix=".cpp", dir=folder)
+    so = src[:-4] + ".so"
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        cmd = [*cxx, *FLAGS, "-o", so, src]
+        try:
+            p = _run(cmd, 600)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise CompilerUnavailable(f"C++ compiler {' '.join(cxx)!r} failed to run: {e}") \
+                from None
+        if p.returncode != 0 or not os.path.exists(so):
+            raise CompilerUnavailable(
+                f"C++ compile failed (exit {p.returncode}): {' '.join(cmd)}\n"
+                f"{_tail(p.stderr or p.stdout)}")
+        os.chmod(src, 0o644)
+        os.replace(so, target)
+        os.replace(src, os.path.join(folder, key + ".cpp"))   # kept for reading
+    finally:
+        for leftover in (src, so):
+            try:
+                os.unlink(leftover)
+            except FileNotFoundError:
+                pass
+    return target
+
+
+def _library(kernels: list[Kernel], source: str) -> ctypes.CDLL:
+    cxx = _compiler()
+    version, arch = _toolchain(cxx)
+    key = digest(source, " ".join(FLAGS), version, arch)
+    with _LOCK:
+        lib = _LOADED.get(key)
+        if lib is not None:
+            counters.bump("cache_hits", len(kernels))
+            return lib
+        folder = str(cache_dir("cpu"))
+        path = os.path.join(folder, key + ".so")
+        lib = None
+        if os.path.exists(path):
+            try:
+                lib = ctypes.CDLL(path)
+                counters.bump("cache_hits", len(kernels))
+            except OSError:
+                lib = None          # unreadable: build it again
+        if lib is None:
+            path = _build(cxx, source, folder, key)
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                raise CompilerUnavailable(f"cannot load the compiled library {path}: {e}") \
+                    from None
+            counters.bump("kernels_compiled", len(kernels))
+        _LOADED[key] = lib
+        return lib
+
+
+def _runner(cfunc, name: str) -> Callable[[list[torch.Tensor], list[int]], None]:
+    data_ptr = torch.Tensor.data_ptr
+
+    def run(buffers: list[torch.Tensor], syms: list[int]) -> None:
+        cfunc(*map(data_ptr, buffers), *syms)
+
+    run.__name__ = name
+    return run
+
+
+def compile_cpu(kernels: list[Kernel]) -> list[Callable[[list[torch.Tensor], list[int]], None]]:
+    """Compile the kernels of one graph into one shared library (cached on disk).
+
+    Kernels with the same source (an unrolled RNN repeats its step's kernels hundreds
+    of times) share one function: the library holds each distinct kernel once, named
+    by the digest of its source. Returns one `run(buffers, syms)` per kernel, in order.
+    Raises `CompilerUnavailable` when no compiler works or the source does not compile.
+    """
+    kernels = list(kernels)
+    if not kernels:
+        return []
+    unique: dict[str, tuple[Kernel, str]] = {}
+    symbols = []
+    for k in kernels:
+        body = cpp_source(k, "FS_KERNEL_NAME")
+        sym = "fs_" + digest(body)[:20]
+        if sym not in unique:
+            unique[sym] = (k, body.replace("FS_KERNEL_NAME", sym, 1))
+        symbols.append(sym)
+    source = "\n".join([PREAMBLE] + [src for _, src in unique.values()])
+    lib = _library([k for k, _ in unique.values()], source)
+    funcs = {}
+    for sym, (k, _) in unique.items():
+        cfunc = getattr(lib, sym)
+        # pointers travel as int64 too (x86-64/aarch64 ABIs pass both in the same
+        # registers; converting to c_int64 is a little cheaper than to c_void_p)
+        cfunc.argtypes = [ctypes.c_int64] * (len(k.buffers) + len(k.syms))
+        cfunc.restype = None
+        funcs[sym] = _runner(cfunc, sym)
+    return [funcs[sym] for sym in symbols]
+
+
+def clear_memory_cache() -> None:
+    """Forget the libraries loaded by this process (tests; the disk cache stays)."""
+    with _LOCK:
+        _LOADED.clear()
