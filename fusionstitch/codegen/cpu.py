@@ -876,7 +876,10 @@ class _Printer:
                 init = {"sum": "false", "prod": "true", "max": "false", "min": "true"}[red.kind]
                 self.emit(depth, f"bool {acc} = {init};")
             elif dt in _FLOATS:
-                self.emit(depth, f"{ct} {acc} = {_REDUCE_INIT_FLOAT[red.kind]};")
+                # float sums accumulate in double: a row of 1e5 elements summed in float
+                # drifts ~1e-3 from the exact value, far more than torch's pairwise sums
+                wide = "double" if red.kind == "sum" else ct
+                self.emit(depth, f"{wide} {acc} = {_REDUCE_INIT_FLOAT[red.kind]};")
                 if red.kind in ("max", "min"):
                     nan = nan_name
                     self.emit(depth, f"int {nan} = 0;  // saw a NaN")
@@ -906,7 +909,8 @@ class _Printer:
             value = acc
             if nan:
                 value = f"{nan} ? fs::nan : {acc}"
-            elif red.dtype in _INTS and red.kind in ("sum", "prod"):
+            elif red.dtype in _INTS and red.kind in ("sum", "prod") or \
+                    red.dtype in _FLOATS and red.kind == "sum":
                 value = f"({_ctype(red.dtype)}){acc}"
             if red.dtype in _HALVES:
                 value = f"fs::{red.dtype}_round({value})"

@@ -200,3 +200,33 @@ def template(k: Kernel) -> str:
                          f"x{len(c.loops)}")
     text = " | ".join(parts)
     return f"packing[{text}]" if len(parts) > 1 else f"[{text}]"
+
+
+def _value(e, env=None) -> int:
+    """An index expression's value with every Sym at its lowering-time value."""
+    from . import expr as E
+    if isinstance(e, E.Const):
+        return e.value
+    if isinstance(e, E.Sym):
+        return e.value
+    if isinstance(e, E.Mul):
+        out = 1
+        for f in e.factors:
+            out *= _value(f)
+        return out
+    if isinstance(e, E.Add):
+        return sum(_value(t) for t in e.terms)
+    raise TypeError(f"not a size expression: {e!r}")
+
+
+def arithmetic_work(k: Kernel) -> int:
+    """Arithmetic ops the kernel executes (each Op statement once per point it runs at,
+    masks and casts not counted): compared with the group's own op count, it shows how
+    much thread composition recomputes (concat branches, values re-derived per loop)."""
+    def count(stmts) -> int:
+        return sum(1 for s in stmts if isinstance(s, Op) and s.op not in ("and", "cast"))
+    work = 0
+    for c in k.components:
+        x, r = _value(c.xnumel), _value(c.rnumel)
+        work += count(c.body) * x + sum(count(lp.body) for lp in c.loops) * x * r
+    return work

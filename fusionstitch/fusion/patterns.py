@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from ..analysis.reach import Reachability
 from ..analysis.span import span_of
 from ..ir.graph import Graph
+from ..ir.ops import Category, lookup
 from ..schedule.propagate import (FUSIBLE_DOTS, SIMPLE_REDUCTIONS, Inconsistent,
                                   component_space, components, reduction_space)
 from .legality import Decision, check_group, fusible
@@ -48,11 +49,22 @@ PACK_MAX_BYTES = 256 << 20
 PACK_MAX_OPS = MAX_PATTERN_OPS
 
 
+# XLA's code-duplication rule, in our terms: a fused kernel may recompute (values re-derived
+# in each loop over a row, both sides of a concat's select) up to this factor of its parts'
+# own ops. Applied to the cpu target, where it was measured (cartpole 0.10x -> 2.1x eager,
+# softmax_chain 0.26x -> 0.76x); GPUs have arithmetic to spare and are not measured yet.
+MAX_RECOMPUTE = {"cpu": 2.0}
+_BRANCHING = frozenset({"cat.default", "constant_pad_nd.default"})
+_FREE_CATEGORIES = (Category.RESHAPE, Category.TRANSPOSE, Category.TUPLE, Category.BROADCAST)
+
+
 class Legality:
     """check_group with a memo, shared by all generators of one planning run."""
 
-    def __init__(self, graph: Graph, batched_gemms: bool = True, lowerable: bool = False):
+    def __init__(self, graph: Graph, batched_gemms: bool = True, lowerable: bool = False,
+                 max_recompute: float | None = None):
         self.graph = graph
+        self.max_recompute = max_recompute
         # codegen targets: a pattern is legal only if the code generator can lower it
         self.lowerable = lowerable
         self.position = {n.name: i for i, n in enumerate(graph.nodes)}
@@ -89,12 +101,24 @@ class Legality:
         if missing is not None:
             return Decision.forbid(f"the code generator has no rule for "
                                    f"{graph[missing].op} (%{missing})")
-        if not any(graph[n].op in SIMPLE_REDUCTIONS for n in key):
-            return Decision.allow()   # pointwise groups with known ops always lower
+        if not any(graph[n].op in SIMPLE_REDUCTIONS or
+                   (self.max_recompute and graph[n].op in _BRANCHING) for n in key):
+            return Decision.allow()   # pointwise groups with known ops lower, no recompute
         try:
-            lower_cached(self.graph, sorted(key, key=self.position.__getitem__))
+            k = lower_cached(self.graph, sorted(key, key=self.position.__getitem__))
         except Unsupported as e:
             return Decision.forbid(f"the code generator cannot lower it: {e}")
+        if not self.max_recompute:
+            return Decision.allow()
+        from ..codegen.kernel import arithmetic_work
+        from ..schedule.propagate import _numel
+        own = sum(_numel(graph[n].type) for n in key
+                  if lookup(graph[n].op).category not in _FREE_CATEGORIES)
+        work = arithmetic_work(k)
+        if work > self.max_recompute * max(own, 1):
+            return Decision.forbid(f"fused, it would compute {work / max(own, 1):.1f}x the "
+                                   f"ops of its parts (recomputation across concat branches "
+                                   f"or reduction loops); limit {self.max_recompute}x")
         return Decision.allow()
 
 

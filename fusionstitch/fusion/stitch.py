@@ -120,8 +120,10 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
     stages: dict[str, float] = {}
     t = time.perf_counter()
     from . import CODEGEN_TARGETS
+    from .patterns import MAX_RECOMPUTE
     leg = Legality(graph, batched_gemms=gemms_fusible(target),
-                   lowerable=target in CODEGEN_TARGETS)
+                   lowerable=target in CODEGEN_TARGETS,
+                   max_recompute=MAX_RECOMPUTE.get(target))
     candidates = candidate_patterns(leg, packing=False)
     stages["candidates"] = time.perf_counter() - t
 

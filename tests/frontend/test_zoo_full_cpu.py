@@ -12,20 +12,8 @@ import torch
 import fusionstitch
 from bench import workloads as W
 
-RTOL = 1e-4
-
-
-def rel_err(got, ref) -> float:
-    if ref.numel() == 0:
-        return 0.0
-    diff = (got.double() - ref.double()).abs().max().item()
-    return diff / max(ref.double().abs().max().item(), 1e-12)
-
-
-@pytest.fixture(autouse=True)
-def _strict(monkeypatch):
-    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
-    torch._dynamo.reset()
+# one definition of the error measure and of the strict-mode fixture (autouse here too)
+from test_zoo_numerics import RTOL, _strict, rel_err  # noqa: E402,F401
 
 
 @pytest.mark.parametrize("name", W.names())
