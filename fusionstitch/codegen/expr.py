@@ -97,11 +97,6 @@ def lift(v) -> Expr:
     return v if isinstance(v, Expr) else Const(int(v))
 
 
-def static_value(e: Expr) -> int | None:
-    """The value of a constant expression (Const), else None. Syms are not constant."""
-    return e.value if isinstance(e, Const) else None
-
-
 def add(*terms: Expr) -> Expr:
     flat: list[Expr] = []
     const = 0
@@ -199,37 +194,36 @@ def _same_sizes(a, b) -> bool:
     return len(a) == len(b) and all(x == y for x, y in zip(a, b))
 
 
-def free_vars(e: Expr) -> set[str]:
-    """Loop variables and index values an expression reads."""
-    if isinstance(e, Var):
-        return {e.name}
-    if isinstance(e, Value):
-        return {e.var}
-    if isinstance(e, (Const, Sym)):
-        return set()
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The sub-expressions of `e` (none for leaves)."""
     if isinstance(e, Add):
-        return set().union(*(free_vars(t) for t in e.terms))
+        return e.terms
     if isinstance(e, Mul):
-        return set().union(*(free_vars(t) for t in e.factors))
+        return e.factors
     if isinstance(e, (FloorDiv, Mod)):
-        return free_vars(e.a) | free_vars(e.b)
+        return (e.a, e.b)
     if isinstance(e, Digit):
-        return free_vars(e.base) | set().union(*(free_vars(s) for s in e.sizes))
+        return (e.base,) + e.sizes
+    if isinstance(e, (Var, Value, Const, Sym)):
+        return ()
     raise TypeError(e)
 
 
+def _leaves(e: Expr):
+    if isinstance(e, (Var, Value, Const, Sym)):
+        yield e
+    for c in children(e):
+        yield from _leaves(c)
+
+
+def free_vars(e: Expr) -> set[str]:
+    """Loop variables and index values an expression reads."""
+    return {leaf.name if isinstance(leaf, Var) else leaf.var for leaf in _leaves(e)
+            if isinstance(leaf, (Var, Value))}
+
+
 def syms(e: Expr) -> set[Sym]:
-    if isinstance(e, Sym):
-        return {e}
-    if isinstance(e, Add):
-        return set().union(*(syms(t) for t in e.terms))
-    if isinstance(e, Mul):
-        return set().union(*(syms(t) for t in e.factors))
-    if isinstance(e, (FloorDiv, Mod)):
-        return syms(e.a) | syms(e.b)
-    if isinstance(e, Digit):
-        return syms(e.base) | set().union(*(syms(s) for s in e.sizes))
-    return set()
+    return {leaf for leaf in _leaves(e) if isinstance(leaf, Sym)}
 
 
 def to_source(e: Expr, floordiv_op: str = "//", names: dict[str, str] | None = None) -> str:

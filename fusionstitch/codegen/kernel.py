@@ -53,6 +53,16 @@ BINARY = frozenset("add sub mul truediv floordiv remainder fmod pow maximum mini
 TERNARY = frozenset({"where"})
 COMPARISONS = frozenset("eq ne lt le gt ge".split())
 REDUCTIONS = frozenset({"sum", "max", "min", "prod"})
+_INT_RANGE = {"i64": (-2**63, 2**63 - 1), "i32": (-2**31, 2**31 - 1), "i16": (-2**15, 2**15 - 1),
+              "i8": (-2**7, 2**7 - 1), "u8": (0, 255)}
+
+
+def identity(kind: str, dtype: str):
+    """The value a reduction starts from (and masked lanes contribute)."""
+    if kind in ("max", "min") and dtype in _INT_RANGE:
+        lo, hi = _INT_RANGE[dtype]
+        return lo if kind == "max" else hi
+    return {"sum": 0, "prod": 1, "max": float("-inf"), "min": float("inf")}[kind]
 
 
 @dataclass(frozen=True)

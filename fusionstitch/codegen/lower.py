@@ -51,7 +51,6 @@ class Lowerer:
     def __init__(self, graph: Graph, names, kernel_name: str):
         self.graph = graph
         self.members = set(names)
-        self.order = [n for n in names]
         self.name = kernel_name
         self.escaping = escaping_values(graph, names)
         self.inputs: dict[tuple, Buffer] = {}
@@ -63,7 +62,6 @@ class Lowerer:
         self.scope = _Scope()
         self.mask: str | None = "xmask"
         self.reduced: dict[tuple, str] = {}     # (node, element) -> per-x result var
-        self.in_loop = False
         self.single_row = False
         self.canonical = None
         big = max((_numel(graph[n].type) for n in names), default=0)
@@ -263,10 +261,6 @@ def _lower_flat(L: Lowerer, names: list[str], numel: int) -> Component:
     return Component("flat", L.size(numel), E.ONE, (), tuple(L.scope.stmts))
 
 
-# The identity each reduction starts from (masked lanes contribute it).
-_IDENTITY = {"sum": 0, "prod": 1, "max": float("-inf"), "min": float("inf")}
-
-
 def _levels(L: Lowerer, reductions: list[str]) -> dict[str, int]:
     """Loop level of each reduction: 1 + the deepest reduction it reads (var_mean takes 2)."""
     level: dict[str, int] = {}
@@ -316,7 +310,6 @@ def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
     depth = max((lv for lv, _, _ in passes), default=-1) + 1
     for lv in range(depth):
         L.scope = _Scope()
-        L.in_loop = True
         L.mask = L.op("and", ("xmask", "rmask"), "b8")
         results = []
         for _, r, p in sorted(x for x in passes if x[0] == lv):
@@ -336,7 +329,6 @@ def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
             _store(L, n, el, t, element_index(L, space, t))
         loops.append(Loop(tuple(L.scope.stmts)))
     L.scope = _Scope()
-    L.in_loop = False
     L.mask = "xmask"
     done = {(n, el) for n, el, _ in per_element}
     for n in names:

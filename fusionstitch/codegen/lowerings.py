@@ -221,9 +221,6 @@ def _elementwise(L: Lowerer, node, idx) -> str | None:
         return L.op("mul", (v, L.op("sigmoid", (v,), out)), out)
     if op in ("_to_copy.default", "clone.default", "alias.default", "lift_fresh_copy.default",
               "detach.default", "_conj.default"):
-        if op == "_to_copy.default" and not str(bind(node).get("device") or "").startswith(
-                ("None", "")) and False:
-            raise Unsupported("device copy")
         return operand(L, a[0], idx, shape, out)
     if op == "copy.default":
         return operand(L, a[1], idx, shape, out)
@@ -510,12 +507,12 @@ def reduction_loop_bodies(L: Lowerer, name: str, p: int):
         n = L.size(count)
         if p == 0:
             var = _reduce(L, v, "sum", acc)
-            mean = _finisher(lambda L, s: L.op("truediv", (s, _count(L, n, acc)), acc))
+            mean = lambda L, s: L.op("truediv", (s, _count(L, n, acc)), acc)  # noqa: E731
             out = [((name, "sum"), var, acc, mean)]
             if node.op == "var_mean.correction":
                 out.append(((name, 1), var, acc, mean))
             return out
-        s_var, _, fin = _raw(L, (name, "sum"))
+        s_var, _, fin = L.reduced[(name, "sum")]
         mean = fin(L, s_var)
         dev = L.op("sub", (v, mean), acc)
         q = _reduce(L, L.op("mul", (dev, dev), acc), "sum", acc)
@@ -525,14 +522,14 @@ def reduction_loop_bodies(L: Lowerer, name: str, p: int):
                                           acc), L.const(0, acc)), acc)
             return L.op("truediv", (q, denom), acc)
         key = (name, 0) if node.op == "var_mean.correction" else (name, None)
-        return [(key, q, acc, _finisher(var_finish))]
+        return [(key, q, acc, var_finish)]
     var = _reduce(L, v, kind, acc)
     fin = None
     if node.op in ("mean.dim", "mean.default"):
         n = L.size(count)
-        fin = _finisher(lambda L, s: L.op("truediv", (s, _count(L, n, acc)), acc))
+        fin = lambda L, s: L.op("truediv", (s, _count(L, n, acc)), acc)  # noqa: E731
     elif acc != compute_dtype(out_dtype):
-        fin = _finisher(lambda L, s: L.cast(s, compute_dtype(out_dtype)))
+        fin = lambda L, s: L.cast(s, compute_dtype(out_dtype))  # noqa: E731
     return [((name, None), var, acc, fin)]
 
 
@@ -540,22 +537,9 @@ def _count(L: Lowerer, n, dtype):
     return L.cast(L.index(n), dtype)
 
 
-def _finisher(fn):
-    return fn
-
-
-def _raw(L: Lowerer, key):
-    return L.reduced[key]
-
-
 def _reduce(L: Lowerer, v: str, kind: str, dtype: str) -> str:
-    from .kernel import Reduce
-    ident = {"sum": 0, "prod": 1, "max": float("-inf"), "min": float("inf")}[kind]
-    if not dtype.startswith("f") and kind in ("max", "min"):
-        info = torch.iinfo(getattr(torch, {"i64": "int64", "i32": "int32", "i16": "int16",
-                                          "i8": "int8", "u8": "uint8"}[dtype]))
-        ident = info.min if kind == "max" else info.max
-    masked = L.op("where", (L.mask, v, L.const(ident, dtype)), dtype)
+    from .kernel import Reduce, identity
+    masked = L.op("where", (L.mask, v, L.const(identity(kind, dtype), dtype)), dtype)
     var = L.fresh("red")
     L.scope.stmts.append(Reduce(var, kind, masked, dtype))
     return var

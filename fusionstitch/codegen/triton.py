@@ -28,7 +28,8 @@ import torch
 from ..runtime import counters as _stats
 from ..runtime.cache import cache_dir, digest
 from . import expr as E
-from .kernel import (COMPARISONS, Component, Constant, Index, Kernel, Load, Op, Reduce, Store)
+from .kernel import (COMPARISONS, Component, Constant, Index, Kernel, Load, Op, Reduce, Store,
+                     identity)
 
 TL_DTYPE = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
             "bf16": "tl.bfloat16", "i64": "tl.int64", "i32": "tl.int32", "i16": "tl.int16",
@@ -185,12 +186,8 @@ class _Printer:
             reduces = [s for s in loop.body if isinstance(s, Reduce)]
             self.emit(f"# loop {j} over r", depth)
             for red in reduces:
-                ident = {"sum": "0", "max": "float('-inf')", "min": "float('inf')"}[red.kind]
-                if not red.dtype.startswith(("f", "bf")) and red.kind in ("max", "min"):
-                    info = torch.iinfo({"i64": torch.int64, "i32": torch.int32,
-                                        "i16": torch.int16, "i8": torch.int8,
-                                        "u8": torch.uint8}[red.dtype])
-                    ident = str(info.min if red.kind == "max" else info.max)
+                ident = identity(red.kind, red.dtype)
+                ident = f"float('{ident}')" if isinstance(ident, float) else str(ident)
                 self.emit(f"acc_{red.var} = tl.full([{xb}, {rb}], {ident}, "
                           f"{TL_DTYPE[red.dtype]})", depth)
             # the interpreter cannot take a run-time int as a loop bound (numpy >= 2.3

@@ -21,7 +21,6 @@ def legalize(plan: FusionPlan) -> FusionPlan:
     graph = plan.graph
     out: list[Group] = []
     changed = False
-    position = {n.name: i for i, n in enumerate(graph.nodes)}
 
     def add(nodes, kind, comp):
         out.append(Group(len(out), tuple(nodes), kind, comp))
@@ -31,7 +30,7 @@ def legalize(plan: FusionPlan) -> FusionPlan:
             add(g.nodes, g.kind, g.composition)
             continue
         try:
-            lower_cached(graph, sorted(g.nodes, key=position.__getitem__))
+            lower_cached(graph, g.nodes)   # group nodes are in graph order, as everywhere
             add(g.nodes, g.kind, g.composition)
             continue
         except Unsupported as e:

@@ -112,9 +112,8 @@ def _template(plan, group, target: str) -> str:
         return ""
     from ..codegen.kernel import template
     from ..codegen.lower import Unsupported, lower_cached
-    position = {n.name: i for i, n in enumerate(plan.graph.nodes)}
     try:
-        k = lower_cached(plan.graph, sorted(group.nodes, key=position.__getitem__))
+        k = lower_cached(plan.graph, group.nodes)
     except Unsupported:
         return ""
     return " " + template(k)

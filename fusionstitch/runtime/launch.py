@@ -20,9 +20,10 @@ class KernelStep:
         self.outputs = [(slot_of[b.value], b.element, b.shape, b.dtype) for b in kernel.outputs]
         self.tuple_arity = {slot_of[v]: n for v, n in tuple_arity.items()}
         pos = {b.name: i for i, b in enumerate(kernel.inputs)}
+        bindings = dict(kernel.bindings)
         self.binding = []
         for sym in kernel.syms:
-            how = dict(kernel.bindings)[sym.name]
+            how = bindings[sym.name]
             if how[0] == "const":
                 self.binding.append((None, how[1]))
             else:
