@@ -85,6 +85,9 @@ class CompiledGraph:
         self.name = f"{kind}_{next(_graph_ids)}"
         self.specialisations: dict[tuple, Any] = {}
         self.fallback_reason: str | None = None
+        # AOTAutograd's mutated inputs, read now: its tracing context is gone by the first call
+        from ..runtime.inplace import mutated_input_pairs
+        self.mutated = mutated_input_pairs(kind)
         if sink is not None:
             sink.append(self)
         _stats.bump("compiles")
@@ -118,8 +121,13 @@ class CompiledGraph:
             if dump:
                 dump(f"{plan.strategy}_plan", plan)
             device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+            # placeholder number -> parameter number (numbers do not become parameters)
+            param_of = {j: k for k, j in enumerate(
+                j for j, a in enumerate(args) if isinstance(a, torch.Tensor))}
+            mutated = [(i, param_of[j]) for i, j in self.mutated if j in param_of]
             program = Program(plan, device,
-                              self.options.resolved_target() if self.execute else "torch")
+                              self.options.resolved_target() if self.execute else "torch",
+                              mutated)
             if dump:
                 from ..report.debug import dump_kernels
                 dump_kernels(dump.folder, plan, program.kernel_steps,

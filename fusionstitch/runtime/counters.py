@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 _KEYS = ("kernels_launched", "library_calls", "compiles", "cache_hits", "fallbacks",
-         "kernels_compiled")
+         "kernels_compiled", "inplace_writes")
 _COUNTERS: dict[str, int] = dict.fromkeys(_KEYS, 0)
 
 

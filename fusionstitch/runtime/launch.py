@@ -30,6 +30,8 @@ class KernelStep:
                 self.binding.append((pos[how[1]], how[2]))
         from ..ir.graph import DTYPES
         self.torch_dtype = [DTYPES[o[3]] for o in self.outputs]
+        # output position -> slot of the input it may be stored into (runtime/inplace.py)
+        self.into: dict[int, int] = {}
 
     def __call__(self, values: list) -> None:
         ins = []
@@ -38,8 +40,29 @@ class KernelStep:
             ins.append(v if element is None else v[element])
         syms = [v if i is None else ins[i].stride(v) for i, v in self.binding]
         outs = [torch.empty(shape, dtype=dt, device=self.device)
-                for (_, _, shape, _), dt in zip(self.outputs, self.torch_dtype)]
+                for (_, _, shape, _), dt in zip(self.outputs, self.torch_dtype)] \
+            if not self.into else self._outputs_into(values, ins)
         self.run(ins + outs, syms)
+        self._place(values, outs)
+
+    def _outputs_into(self, values: list, ins: list) -> list[torch.Tensor]:
+        from . import counters
+        from .inplace import storages, writable
+        owners = storages(ins)
+        outs = []
+        written = 0
+        for k, ((_, _, shape, _), dt) in enumerate(zip(self.outputs, self.torch_dtype)):
+            slot = self.into.get(k)
+            t = values[slot] if slot is not None else None
+            if t is not None and writable(t, shape, dt, owners):
+                written += 1
+            else:
+                t = torch.empty(shape, dtype=dt, device=self.device)
+            outs.append(t)
+        counters.bump("inplace_writes", written)
+        return outs
+
+    def _place(self, values: list, outs: list) -> None:
         for (slot, element, _, _), t in zip(self.outputs, outs):
             if element is None:
                 values[slot] = t

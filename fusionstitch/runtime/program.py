@@ -51,7 +51,9 @@ class Program:
     """A compiled plan for one concrete input signature."""
 
     def __init__(self, plan: FusionPlan, device: torch.device | None = None,
-                 target: str = "torch"):
+                 target: str = "torch", mutated: list[tuple[int, int]] = ()):
+        """`mutated`: (graph output, parameter) pairs where the output is the parameter's
+        new value (AOTAutograd's mutated inputs); kernels may write those in place."""
         self.plan = plan
         self.target = target
         graph = plan.graph
@@ -76,6 +78,10 @@ class Program:
                 dead_after.setdefault(user, []).append(slot_of[value])
         kernels = compile_kernels(plan, target, slot_of, self.device)
         self.kernel_steps = kernels
+        if mutated and kernels:
+            from .inplace import plan_writes
+            for gid, pairs in plan_writes(plan, kernels, list(mutated)).items():
+                kernels[gid].into = {pos: self.param_slots[p] for pos, p in pairs}
         steps = []
         for g in plan.groups:
             step = kernels.get(g.id)

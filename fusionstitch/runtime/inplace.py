@@ -1,0 +1,197 @@
+"""Writing mutated inputs in place.
+
+A step that updates its inputs (an optimizer step, batch-norm running statistics)
+reaches us functionalised: AOTAutograd's graph returns each mutated input's new
+value as one of its first outputs and then copies it back
+(`param.copy_(new_value)` in its mutation epilogue): one more read and write of
+every updated tensor, as much memory traffic again as the update itself.
+
+When a generated kernel computes a new value, it may store it straight into the
+input's memory instead; the program then returns the input tensor itself as that
+output, and the epilogue's `copy_` of a tensor onto itself does nothing. This is
+safe when nothing reads the old value after the write:
+
+- plan level: every reader of the input (or of a view of it) runs in the same
+  kernel or before it, and neither the input nor a view of it is a graph output;
+- kernel level: the kernel reads the input only where it writes the new value,
+  at the same element, before writing it (same component; an earlier loop over
+  the row, or earlier in the same loop);
+- at launch: the input is contiguous, has the output's shape and dtype, and shares
+  no memory with the kernel's other inputs; otherwise the output gets its own
+  memory as before (and the epilogue copies).
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..codegen import expr as E
+from ..codegen.kernel import Kernel, Load, Store
+from ..fusion.plan import FusionPlan
+from ..ir.graph import Ref
+from ..ir.ops import lookup
+
+log = logging.getLogger("fusionstitch.runtime")
+
+
+def mutated_input_pairs(kind: str) -> list[tuple[int, int]]:
+    """(graph output, placeholder) pairs of the graph AOTAutograd is compiling now: output
+    i is the new value of input j. Call it while the compiler callback runs (the tracing
+    context is gone by the first call). Backward graphs mutate nothing of the user's."""
+    if kind == "backward":
+        return []
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    if meta is None:
+        return []
+    try:
+        out = []
+        for i, j in enumerate(meta.mutated_inp_runtime_indices):
+            info = meta.input_info[j]
+            if info.mutates_data and not info.mutates_metadata and \
+                    not getattr(info, "mutates_storage_metadata", False):
+                out.append((i, j))
+        return out
+    except (AttributeError, IndexError, TypeError):   # another torch's metadata layout
+        return []
+
+
+def _aliases(graph, name: str) -> set[str]:
+    """`name` and every value that is a view of it (through chains of views)."""
+    users: dict[str, list[str]] = {}
+    for n in graph.nodes:
+        for i in dict.fromkeys(n.inputs):
+            users.setdefault(i, []).append(n.name)
+    out, todo = {name}, [name]
+    while todo:
+        for u in users.get(todo.pop(), ()):
+            if u not in out and lookup(graph[u].op).view:
+                out.add(u)
+                todo.append(u)
+    return out
+
+
+def plan_writes(plan: FusionPlan, steps: dict,
+                pairs: list[tuple[int, int]]) -> dict[int, list[tuple[int, int]]]:
+    """Which kernel outputs may be stored into which inputs: {group id: [(output buffer
+    position, parameter position)]}. `steps` are the KernelSteps by group id; `pairs` are
+    (graph output, parameter position) pairs."""
+    graph = plan.graph
+    group_of = {n: g for g in plan.groups for n in g.nodes}
+    order = {g.id: k for k, g in enumerate(plan.groups)}
+    outputs = {o.name for o in graph.outputs if isinstance(o, Ref)}
+    out: dict[int, list[tuple[int, int]]] = {}
+    for oi, p in pairs:
+        if not (0 <= p < len(graph.params)) or oi >= len(graph.outputs):
+            continue
+        param = graph.params[p].name
+        new = graph.outputs[oi]
+        if not isinstance(new, Ref) or new.name == param or new.name not in group_of:
+            continue
+        g = group_of[new.name]
+        step = steps.get(g.id)
+        if step is None:
+            continue
+        why = _plan_hazard(graph, param, g, group_of, order, outputs)
+        pos = next((k for k, b in enumerate(step.kernel.outputs)
+                    if b.value == new.name and b.element is None), None)
+        if why is None and pos is None:
+            why = "the kernel does not store it whole"
+        if why is None:
+            why = kernel_hazard(step.kernel, param, step.kernel.outputs[pos])
+        if why is not None:
+            log.debug("%%%s is written to new memory, not into %%%s: %s", new.name, param, why)
+            continue
+        out.setdefault(g.id, []).append((pos, p))
+    return out
+
+
+def _plan_hazard(graph, param: str, g, group_of, order, outputs) -> str | None:
+    alias = _aliases(graph, param)
+    if alias & outputs:
+        return "the input (or a view of it) is a graph output"
+    for n in graph.nodes:
+        if n.name in alias or not set(n.inputs) & alias:
+            continue
+        other = group_of.get(n.name)
+        if other is None or (other.id != g.id and order[other.id] > order[g.id]):
+            return f"%{n.name} reads the old value after the kernel"
+    return None
+
+
+def _contiguous(index: E.Expr, buf, sizes: dict[int, E.Expr]) -> E.Expr:
+    """`index` with `buf`'s stride syms replaced by its row-major strides."""
+    dims = [sizes.get(n, E.Const(n)) for n in buf.shape]
+    row_major = {}
+    for d, s in enumerate(buf.strides):
+        if isinstance(s, E.Sym):
+            row_major[s.name] = E.product(dims[d + 1:])
+
+    def go(e: E.Expr) -> E.Expr:
+        if isinstance(e, E.Sym) and e.name in row_major:
+            return row_major[e.name]
+        if isinstance(e, E.Add):
+            return E.add(*(go(t) for t in e.terms))
+        if isinstance(e, E.Mul):
+            return E.mul(*(go(t) for t in e.factors))
+        if isinstance(e, E.FloorDiv):
+            return E.floordiv(go(e.a), go(e.b))
+        if isinstance(e, E.Mod):
+            return E.mod(go(e.a), go(e.b))
+        if isinstance(e, E.Digit):
+            return E.Digit(go(e.base), tuple(go(s) for s in e.sizes), e.k)
+        return e
+    return go(index)
+
+
+def kernel_hazard(kernel: Kernel, param: str, out_buf) -> str | None:
+    """Why storing `out_buf` into the memory of input `param` could change what the kernel
+    reads, or None when every read of `param` is of the element being written, earlier."""
+    ins = {b.name: b for b in kernel.inputs if b.value == param}
+    if any(b.element is not None or b.shape != out_buf.shape or b.dtype != out_buf.dtype
+           for b in ins.values()):
+        return "the input is read as another shape or dtype"
+    how = dict(kernel.bindings)
+    sizes = {how[s.name][1]: s for s in kernel.syms if how[s.name][0] == "const"}
+    stores = []
+    for c, comp in enumerate(kernel.components):
+        bodies = [loop.body for loop in comp.loops] + [comp.body]
+        for b, body in enumerate(bodies):
+            for k, s in enumerate(body):
+                if isinstance(s, Store) and s.buffer == out_buf.name:
+                    stores.append((c, b, k, s.index))
+    if len(stores) != 1:
+        return f"the new value is stored {len(stores)} times"
+    sc, sb, sk, sindex = stores[0]
+    for c, comp in enumerate(kernel.components):
+        bodies = [loop.body for loop in comp.loops] + [comp.body]
+        for b, body in enumerate(bodies):
+            for k, s in enumerate(body):
+                if not (isinstance(s, Load) and s.buffer in ins):
+                    continue
+                if c != sc:
+                    return "another part of the kernel reads the input"
+                if (b, k) > (sb, sk):   # a later loop over the row, or later in this one
+                    return "the input is read after the new value is written"
+                if _contiguous(s.index, ins[s.buffer], sizes) != sindex:
+                    return (f"the input is read at {E.to_source(s.index)}, another element "
+                            f"than the one written ({E.to_source(sindex)})")
+    return None
+
+
+def storages(tensors: list[torch.Tensor]) -> dict[int, set[int]]:
+    """Storage address -> ids of the tensors (of a kernel's inputs) on it."""
+    out: dict[int, set[int]] = {}
+    for t in tensors:
+        out.setdefault(t.untyped_storage().data_ptr(), set()).add(id(t))
+    return out
+
+
+def writable(t: torch.Tensor, shape, dtype: torch.dtype, owners: dict[int, set[int]]) -> bool:
+    """Whether a kernel may store a contiguous `shape`/`dtype` output into `t`: no other
+    input of the kernel (`owners`, from `storages`) shares its memory."""
+    if tuple(t.shape) != tuple(shape) or t.dtype != dtype or not t.is_contiguous() \
+            or t.numel() == 0:
+        return False
+    return owners.get(t.untyped_storage().data_ptr(), set()) <= {id(t)}
