@@ -73,7 +73,8 @@ Choices this target makes (where the IR leaves room):
   order than a serial loop, as torch's vectorised sums).
 * Reductions of b8 values: sum/max are `or`, prod/min are `and`.
 * Kernels assume their output buffers overlap neither the inputs nor each other
-  (pointers are `__restrict__`).
+  (pointers are `__restrict__`), except the buffers in `Kernel.may_alias` (an output
+  stored into the input it updates; each element is read before it is written).
 * In a library, a kernel's C function is `fs_<digest of its source>`: kernels with
   the same source (an unrolled RNN's steps) share one function, and the prefix keeps
   them apart from C library symbols such as `exp`; `cpp_source` alone names it
@@ -496,7 +497,8 @@ class _Printer:
             const = "" if b.is_output else "const "
             if b.dtype not in _STORAGE:
                 raise CompilerUnavailable(f"cpu backend: unsupported dtype {b.dtype!r}")
-            params.append(f"{const}{_STORAGE[b.dtype]}* __restrict__ {self.buf(b.name)}")
+            restrict = "" if b.name in k.may_alias else "__restrict__ "
+            params.append(f"{const}{_STORAGE[b.dtype]}* {restrict}{self.buf(b.name)}")
         params += [f"int64_t {self.sym(s.name)}" for s in k.syms]
         self.emit(0, f"// kernel {k.name}: {len(k.buffers)} buffers, {len(k.syms)} syms, "
                      f"{len(k.components)} component(s)")

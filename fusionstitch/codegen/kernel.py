@@ -150,6 +150,9 @@ class Kernel:
     index_dtype: str = "i32"   # i64 when some buffer has 2**31 elements or more
     # how to get each sym's value at launch: ("const", value) or ("stride", buffer, dim)
     bindings: tuple[tuple[str, tuple], ...] = field(default=(), compare=False)
+    # buffers that may share memory at run time (an output stored into the input it
+    # updates, runtime/inplace.py): the C++ printer drops `__restrict__` from them
+    may_alias: frozenset[str] = frozenset()
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:

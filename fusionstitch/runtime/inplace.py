@@ -72,11 +72,11 @@ def _aliases(graph, name: str) -> set[str]:
     return out
 
 
-def plan_writes(plan: FusionPlan, steps: dict,
+def plan_writes(plan: FusionPlan, kernels: dict[int, Kernel],
                 pairs: list[tuple[int, int]]) -> dict[int, list[tuple[int, int]]]:
     """Which kernel outputs may be stored into which inputs: {group id: [(output buffer
-    position, parameter position)]}. `steps` are the KernelSteps by group id; `pairs` are
-    (graph output, parameter position) pairs."""
+    position, parameter position)]}. `kernels` are the lowered kernels by group id;
+    `pairs` are (graph output, parameter position) pairs."""
     graph = plan.graph
     group_of = {n: g for g in plan.groups for n in g.nodes}
     order = {g.id: k for k, g in enumerate(plan.groups)}
@@ -90,21 +90,32 @@ def plan_writes(plan: FusionPlan, steps: dict,
         if not isinstance(new, Ref) or new.name == param or new.name not in group_of:
             continue
         g = group_of[new.name]
-        step = steps.get(g.id)
-        if step is None:
+        kernel = kernels.get(g.id)
+        if kernel is None:
             continue
         why = _plan_hazard(graph, param, g, group_of, order, outputs)
-        pos = next((k for k, b in enumerate(step.kernel.outputs)
+        pos = next((k for k, b in enumerate(kernel.outputs)
                     if b.value == new.name and b.element is None), None)
         if why is None and pos is None:
             why = "the kernel does not store it whole"
         if why is None:
-            why = kernel_hazard(step.kernel, param, step.kernel.outputs[pos])
+            why = kernel_hazard(kernel, param, kernel.outputs[pos])
         if why is not None:
             log.debug("%%%s is written to new memory, not into %%%s: %s", new.name, param, why)
             continue
         out.setdefault(g.id, []).append((pos, p))
     return out
+
+
+def may_alias(kernel: Kernel, writes: list[tuple[int, str]]) -> Kernel:
+    """`kernel` told which of its buffers may share memory: (output position, parameter
+    name) pairs, the output stored into the parameter's memory."""
+    import dataclasses
+    names = set()
+    for pos, param in writes:
+        names.add(kernel.outputs[pos].name)
+        names.update(b.name for b in kernel.inputs if b.value == param)
+    return dataclasses.replace(kernel, may_alias=frozenset(names))
 
 
 def _plan_hazard(graph, param: str, g, group_of, order, outputs) -> str | None:

@@ -76,12 +76,8 @@ class Program:
         for value, user in last_use.items():
             if value not in keep:
                 dead_after.setdefault(user, []).append(slot_of[value])
-        kernels = compile_kernels(plan, target, slot_of, self.device)
+        kernels = compile_kernels(plan, target, slot_of, self.device, list(mutated))
         self.kernel_steps = kernels
-        if mutated and kernels:
-            from .inplace import plan_writes
-            for gid, pairs in plan_writes(plan, kernels, list(mutated)).items():
-                kernels[gid].into = {pos: self.param_slots[p] for pos, p in pairs}
         steps = []
         for g in plan.groups:
             step = kernels.get(g.id)
@@ -151,8 +147,11 @@ log = logging.getLogger("fusionstitch.runtime")
 
 
 def compile_kernels(plan: FusionPlan, target: str, slot_of: dict[str, int],
-                    device: torch.device) -> dict:
-    """Generated kernels of the plan's kernel groups, by group id (empty for torch)."""
+                    device: torch.device, mutated: list[tuple[int, int]] = ()) -> dict:
+    """Generated kernels of the plan's kernel groups, by group id (empty for torch).
+
+    `mutated` (graph output, parameter) pairs: kernels that may store those outputs into
+    the parameters' memory are told so before they are compiled (runtime/inplace.py)."""
     from ..fusion import CODEGEN_TARGETS
     if target not in CODEGEN_TARGETS:
         return {}
@@ -164,6 +163,12 @@ def compile_kernels(plan: FusionPlan, target: str, slot_of: dict[str, int],
                for g in plan.groups if g.kind == KERNEL]
     if not lowered:
         return {}
+    writes = {}
+    if mutated:
+        from .inplace import may_alias, plan_writes
+        writes = plan_writes(plan, {g.id: k for g, k in lowered}, list(mutated))
+        lowered = [(g, may_alias(k, [(pos, graph.params[p].name) for pos, p in writes[g.id]])
+                    if g.id in writes else k) for g, k in lowered]
     if target == "cpu":
         from ..codegen.cpu import CompilerUnavailable, compile_cpu
         try:
@@ -179,5 +184,9 @@ def compile_kernels(plan: FusionPlan, target: str, slot_of: dict[str, int],
         from ..codegen.triton import TritonKernel
         runs = [TritonKernel(k, interpret=(target == "interpret")) for _, k in lowered]
     arity = {n.name: len(n.type.elements) for n in graph.nodes if isinstance(n.type, TupleType)}
-    return {g.id: KernelStep(k, run, slot_of, arity, device)
-            for (g, k), run in zip(lowered, runs)}
+    steps = {g.id: KernelStep(k, run, slot_of, arity, device)
+             for (g, k), run in zip(lowered, runs)}
+    param_slots = [slot_of[n.name] for n in graph.params]
+    for gid, pairs in writes.items():
+        steps[gid].into = {pos: param_slots[p] for pos, p in pairs}
+    return steps
