@@ -129,6 +129,7 @@ from .kernel import (
     Stmt,
     Store,
 )
+from .rowbuf import RowPlan, plan_rows
 
 
 # below this much work (x iterations, or x*r for reductions) a component runs serially
@@ -330,38 +331,33 @@ def _specialize(e: E.Expr, values: dict[str, int]) -> tuple[E.Expr, list[tuple[E
     return E.add(*out), conds
 
 
-def _digit_sizes(e: E.Expr) -> list[tuple[E.Expr, ...]]:
-    """The sizes of every unravelling of x in `e`."""
+def _digit_sizes(e: E.Expr, var: str = "x") -> list[tuple[E.Expr, ...]]:
+    """The sizes of every unravelling of loop variable `var` in `e`."""
     if isinstance(e, E.Digit):
-        own = [e.sizes] if e.base == E.Var("x") else []
-        return own + _digit_sizes(e.base) + [s for z in e.sizes for s in _digit_sizes(z)]
-    if isinstance(e, E.Add):
-        return [s for t in e.terms for s in _digit_sizes(t)]
-    if isinstance(e, E.Mul):
-        return [s for t in e.factors for s in _digit_sizes(t)]
-    if isinstance(e, (E.FloorDiv, E.Mod)):
-        return _digit_sizes(e.a) + _digit_sizes(e.b)
-    return []
+        own = [e.sizes] if e.base == E.Var(var) else []
+        return own + _digit_sizes(e.base, var) + [s for z in e.sizes
+                                                  for s in _digit_sizes(z, var)]
+    return [s for c in E.children(e) for s in _digit_sizes(c, var)]
 
 
-def _split_rows(e: E.Expr, rows: tuple[E.Expr, ...]) -> E.Expr:
-    """`e` for x = xo * rows[-1] + xi (0 <= xi < rows[-1]): the digits of x over `rows`
-    become xi (the last) and digits of xo over rows[:-1]."""
+def _split_rows(e: E.Expr, rows: tuple[E.Expr, ...], var: str = "x") -> E.Expr:
+    """`e` for var = var_o * rows[-1] + var_i (0 <= var_i < rows[-1]): the digits of
+    `var` over `rows` become var_i (the last) and digits of var_o over rows[:-1]."""
     if isinstance(e, E.Digit):
-        if e.base == E.Var("x") and e.sizes == rows:
+        if e.base == E.Var(var) and e.sizes == rows:
             if e.k == len(rows) - 1:
-                return E.Var("xi")
-            return E.Digit(E.Var("xo"), rows[:-1], e.k)
-        return E.Digit(_split_rows(e.base, rows), tuple(_split_rows(s, rows) for s in e.sizes),
-                       e.k)
+                return E.Var(var + "i")
+            return E.Digit(E.Var(var + "o"), rows[:-1], e.k)
+        return E.Digit(_split_rows(e.base, rows, var),
+                       tuple(_split_rows(z, rows, var) for z in e.sizes), e.k)
     if isinstance(e, E.Add):
-        return E.Add(tuple(_split_rows(t, rows) for t in e.terms))
+        return E.Add(tuple(_split_rows(t, rows, var) for t in e.terms))
     if isinstance(e, E.Mul):
-        return E.Mul(tuple(_split_rows(t, rows) for t in e.factors))
+        return E.Mul(tuple(_split_rows(t, rows, var) for t in e.factors))
     if isinstance(e, E.FloorDiv):
-        return E.FloorDiv(_split_rows(e.a, rows), _split_rows(e.b, rows))
+        return E.FloorDiv(_split_rows(e.a, rows, var), _split_rows(e.b, rows, var))
     if isinstance(e, E.Mod):
-        return E.Mod(_split_rows(e.a, rows), _split_rows(e.b, rows))
+        return E.Mod(_split_rows(e.a, rows, var), _split_rows(e.b, rows, var))
     return e
 
 
@@ -450,8 +446,10 @@ class _Printer:
         self.int64_vars: set[str] = set()     # Index results: int64_t whatever their dtype
         self.fast = False                      # printing the dense version of a component
         self.rows: tuple[E.Expr, ...] | None = None   # printing a flat loop split in rows
+        self.rrows: tuple[E.Expr, ...] | None = None  # printing a loop over r split in rows
         self.acc_names: dict[str, tuple[str, str | None]] = {}
         self.expected = _expected_values(kernel)
+        self.rowplan = RowPlan()                # row buffers of the reduce component printed
 
     # -- helpers
     def emit(self, depth: int, text: str) -> None:
@@ -483,6 +481,8 @@ class _Printer:
             e = _specialize(e, self.expected)[0]
         if self.rows is not None:
             e = _split_rows(e, self.rows)
+        if self.rrows is not None:
+            e = _split_rows(e, self.rrows, "r")
 
         def value_name(v: str) -> str:
             c = self.var(v)
@@ -559,8 +559,21 @@ class _Printer:
         if c.kind == "flat":
             self.flat_loop(depth, c)
             return
-        self.emit(depth, "#pragma omp parallel for schedule(static) "
-                         f"if(xnumel > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})")
+        self.rowplan = plan_rows(c)
+        parallel = f"if(xnumel > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})"
+        outer = depth
+        if self.rowplan:
+            # one row buffer per kept value, per thread (rowbuf.py)
+            self.emit(depth, f"#pragma omp parallel {parallel}")
+            self.emit(depth, "{")
+            depth += 1
+            for buf, dt in self.rowplan.buffers.items():
+                ct = _ctype(dt)
+                self.emit(depth, f"{ct}* const {self.rowbuf(buf)} = ({ct}*)__builtin_malloc("
+                                 f"sizeof({ct}) * (rnumel > 0 ? rnumel : 1));")
+            self.emit(depth, "#pragma omp for schedule(static)")
+        else:
+            self.emit(depth, f"#pragma omp parallel for schedule(static) {parallel}")
         self.emit(depth, "for (int64_t x = 0; x < xnumel; ++x) {")
         everything = [s for loop in c.loops for s in loop.body] + list(c.body)
         self.masks(depth + 1, everything, "xmask")
@@ -572,6 +585,11 @@ class _Printer:
                 self.emit(depth + 1, "// per x")
             self.stmts(depth + 1, c.body, env, None)
         self.emit(depth, "}")
+        if self.rowplan:
+            for buf in self.rowplan.buffers:
+                self.emit(depth, f"__builtin_free({self.rowbuf(buf)});")
+            self.emit(outer, "}")
+        self.rowplan = RowPlan()
 
     def flat_loop(self, depth: int, c: Component) -> None:
         simd = "simd " if _simd_safe(c.body, ("x",)) else ""
@@ -613,14 +631,18 @@ class _Printer:
         self.emit(depth, "}")
 
     def row_sizes(self, c: Component) -> tuple[E.Expr, ...] | None:
-        """The sizes S that x is most often unravelled over (in this version of the
-        component), if rows of S[-1] are long enough to be worth a loop of their own."""
+        return self.split_sizes(c.body, "x")
+
+    def split_sizes(self, body, var: str) -> tuple[E.Expr, ...] | None:
+        """The sizes S that loop variable `var` is most often unravelled over in `body`
+        (in this version of the component), if rows of S[-1] are long enough to be
+        worth a loop of their own."""
         count: dict[tuple[E.Expr, ...], int] = {}
-        for s in c.body:
+        for s in body:
             if isinstance(s, (Load, Store, Index)):
                 e = _specialize(s.index, self.expected)[0] \
                     if self.fast and not isinstance(s, Index) else s.index
-                for sizes in _digit_sizes(e):
+                for sizes in _digit_sizes(e, var):
                     count[sizes] = count.get(sizes, 0) + 1
         for sizes in sorted(count, key=count.get, reverse=True):
             last = _lowering_value(sizes[-1], self.expected)
@@ -681,12 +703,34 @@ class _Printer:
             accs[red.var] = (acc, nan)
         simd = simd and _simd_safe(body, ("r",))
         self.emit(depth, f"// loop {j} over r")
-        if simd:
-            self.emit(depth, "#pragma omp simd" + "".join(
-                f" reduction({c})" for c in clauses))
-        self.emit(depth, "for (int64_t r = 0; r < rnumel; ++r) {")
-        self.masks(depth + 1, body, "rmask")
-        self.stmts(depth + 1, body, dict(env), accs)
+        pragma = "#pragma omp simd" + "".join(f" reduction({c})" for c in clauses)
+        rows = self.split_sizes(body, "r")
+        if rows is None:
+            if simd:
+                self.emit(depth, pragma)
+            self.emit(depth, "for (int64_t r = 0; r < rnumel; ++r) {")
+            inner = depth + 1
+        else:
+            # r = ro * rinner + ri: the inner loop runs along the last dim r is unravelled
+            # over (contiguous rows of a batch-norm reduction over N, H, W), dividing nothing
+            last = self.index(rows[-1], {})
+            self.emit(depth, "{")
+            self.emit(depth + 1, f"const int64_t rinner = {last} > 0 ? {last} : 1;")
+            self.emit(depth + 1, "for (int64_t ro = 0; ro * rinner < rnumel; ++ro) {")
+            self.emit(depth + 2, "const int64_t ri_end = rnumel - ro * rinner < rinner ? "
+                                 "rnumel - ro * rinner : rinner;")
+            if simd:
+                self.emit(depth + 2, pragma)
+            self.emit(depth + 2, "for (int64_t ri = 0; ri < ri_end; ++ri) {")
+            self.emit(depth + 3, "const int64_t r = ro * rinner + ri;")
+            inner = depth + 3
+        self.masks(inner, body, "rmask")
+        self.rrows = rows
+        self.loop_stmts(inner, j, body, dict(env), accs)
+        self.rrows = None
+        if rows is not None:
+            self.emit(depth + 2, "}")
+            self.emit(depth + 1, "}")
         self.emit(depth, "}")
         # results, visible to later loops and the epilogue
         for red in reduces:
@@ -706,6 +750,30 @@ class _Printer:
     def stmts(self, depth: int, body, env: dict[str, str], accs) -> None:
         for s in body:
             self.stmt(depth, s, env, accs)
+
+    def loop_stmts(self, depth: int, j: int, body, env: dict[str, str], accs) -> None:
+        """The body of loop `j` over r: values kept from an earlier loop are read from
+        their row buffer, values a later loop reads again are stored to one, and what
+        nothing needs any more is not computed (rowbuf.py)."""
+        plan = self.rowplan
+        reuses, saves = plan.reuses.get(j, {}), plan.saves.get(j, {})
+        live = plan.live.get(j)
+        for s in body:
+            var = getattr(s, "var", None)
+            if live is not None and var is not None and var not in live:
+                continue
+            if var in reuses:
+                dt = plan.buffers[reuses[var]]
+                self.emit(depth, f"const {_ctype(dt)} {self.var(var)} = "
+                                 f"{self.rowbuf(reuses[var])}[r];")
+                env[var] = dt
+                continue
+            self.stmt(depth, s, env, accs)
+            if var in saves:
+                self.emit(depth, f"{self.rowbuf(saves[var])}[r] = {self.var(var)};")
+
+    def rowbuf(self, name: str) -> str:
+        return self.names.get("rowbuf", name)
 
     def stmt(self, depth: int, s: Stmt, env: dict[str, str], accs) -> None:
         if isinstance(s, Load):

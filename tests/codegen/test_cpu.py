@@ -482,7 +482,10 @@ def test_softmax_two_loops_then_store():
     a[3, :] = float("-inf")
     a[3, 7] = 2.0
     kb, k = build(a)
-    assert "#pragma omp simd reduction(+:sm_acc)" in cpu.cpp_source(k)
+    src = cpu.cpp_source(k)
+    assert "#pragma omp simd reduction(+:sm_acc)" in src
+    # exp(a - max) is kept in a row buffer by the sum's loop and read back by the last
+    assert "rb0[r] = e1;" in src and "const float e2 = rb0[r];" in src
     run = compile_one(k)
     out = launch(run, kb, [a], [torch.empty(64, 300)])[0]
     torch.testing.assert_close(out, a.softmax(-1), rtol=1e-5, atol=1e-7)
@@ -508,6 +511,33 @@ def test_reduce_over_two_dims_dense_and_strided():
     for t in (a, torch.randn(7, 6, 4).permute(2, 1, 0), torch.randn(4, 6, 14)[:, :, ::2]):
         got = launch(run, kb, [t], [torch.empty(4)], [*t.shape, *t.stride()])[0]
         torch.testing.assert_close(got, t.sum((1, 2)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("w", [20, 1000, 17])
+def test_batch_norm_like_reduction_splits_r_in_rows(w):
+    """mean over N, H, W of (N, C, H, W): r = (n, h, w) runs as rows of W with no division
+    in the inner loop; the last row of r may be partial (rnumel not a multiple of W)."""
+    a = torch.randn(3, 5, 4, w)
+    kb = KB()
+    dn, dc, dh, dw = (kb.sym(f"d{i}", v) for i, v in enumerate(a.shape))
+    rn = kb.sym("rn", 3 * 4 * w)
+    ina, (s0, s1, s2, s3) = kb.input(a)
+    out = kb.output((5,), "f32")
+    rdig = E.unravel(R, (dn, dh, dw))
+    k = kb.kernel("bnmean", reduce(dc, rn, [[
+        Load("v", ina, E.add(rdig[0] * s0, X * s1, rdig[1] * s2, rdig[2] * s3), None, "f32"),
+        Reduce("s", "sum", "v", "f32")]], [Store(out, X, "s", None)]))
+    src = cpu.cpp_source(k)
+    assert "const int64_t r = ro * rinner + ri;" in src
+    assert "+ ri]" in src                                   # the dense inner index
+    run = compile_one(k)
+    for t in (a, a.transpose(2, 3).contiguous().transpose(2, 3)):
+        got = launch(run, kb, [t], [torch.empty(5)], [*t.shape, 3 * 4 * w, *t.stride()])[0]
+        torch.testing.assert_close(got, t.sum((0, 2, 3)), rtol=1e-5, atol=1e-4)
+    # a shorter r (rows of W, the last one partial) reads only its elements
+    got = launch(run, kb, [a], [torch.empty(5)], [*a.shape, 3 * 4 * w - 3, *a.stride()])[0]
+    want = a.permute(1, 0, 2, 3).reshape(5, -1)[:, :3 * 4 * w - 3].sum(1)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
 
 
 def test_column_reduction():
