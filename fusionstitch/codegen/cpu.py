@@ -114,6 +114,7 @@ from ..runtime.cache import digest
 from . import expr as E
 from .cpu_build import FLAGS, CompilerUnavailable, clear_memory_cache, load_library  # noqa: F401
 from .cpu_preamble import PREAMBLE
+from .cpu_types import (CTYPE, FLOATS, HALVES, INTS, STORAGE, WIDE_UNSIGNED, ctype)
 from .kernel import (
     BINARY,
     COMPARISONS,
@@ -129,7 +130,8 @@ from .kernel import (
     Stmt,
     Store,
 )
-from .rowbuf import RowPlan, plan_rows
+from .cpu_reduce import ReduceLoops
+from .rowbuf import RowPlan
 
 
 # below this much work (x iterations, or x*r for reductions) a component runs serially
@@ -139,29 +141,8 @@ PARALLEL_GRAIN = 32768
 ROW_BLOCK = 4096
 MIN_ROW = 16
 
-# ---------------------------------------------------------------------------
-# dtypes
-
-_CTYPE = {"f64": "double", "f32": "float", "f16": "float", "bf16": "float",
-          "i64": "int64_t", "i32": "int32_t", "i16": "int16_t", "i8": "int8_t",
-          "u8": "uint8_t", "b8": "bool"}
-_STORAGE = dict(_CTYPE, f16="uint16_t", bf16="uint16_t")
-_FLOATS = frozenset({"f64", "f32", "f16", "bf16"})
-_HALVES = frozenset({"f16", "bf16"})
-_INTS = frozenset({"i64", "i32", "i16", "i8", "u8"})
-_WIDE_UNSIGNED = {"i64": "uint64_t", "i32": "uint32_t", "i16": "uint32_t", "i8": "uint32_t",
-                  "u8": "uint32_t"}
-
-
-def _ctype(dtype: str) -> str:
-    try:
-        return _CTYPE[dtype]
-    except KeyError:
-        raise CompilerUnavailable(f"cpu backend: unsupported dtype {dtype!r}") from None
-
-
 def _is_float(dtype: str) -> bool:
-    return dtype in _FLOATS
+    return dtype in FLOATS
 
 
 # ---------------------------------------------------------------------------
@@ -405,7 +386,7 @@ def _float_literal(value: float, dtype: str) -> str:
 def _literal(value, dtype: str) -> str:
     if dtype == "b8":
         return "true" if value else "false"
-    if dtype in _FLOATS:
+    if dtype in FLOATS:
         return _float_literal(value, dtype)
     v = int(value)
     return "INT64_MIN" if dtype == "i64" and v == -2**63 else str(v)
@@ -419,11 +400,7 @@ _UNARY_FLOAT = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log
                 "expm1": "expm1", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan",
                 "tanh": "tanh", "erf": "erf", "floor": "floor", "ceil": "ceil",
                 "round": "nearbyint", "trunc": "trunc", "abs": "fabs"}
-_INT_LIMITS = {"i64": ("INT64_MIN", "INT64_MAX"), "i32": ("INT32_MIN", "INT32_MAX"),
-               "i16": ("INT16_MIN", "INT16_MAX"), "i8": ("INT8_MIN", "INT8_MAX"),
-               "u8": ("0", "UINT8_MAX")}
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_REDUCE_INIT_FLOAT = {"sum": "0", "prod": "1", "max": "-fs::inf", "min": "fs::inf"}
 
 
 def _libm(name: str, dtype: str) -> str:
@@ -431,7 +408,7 @@ def _libm(name: str, dtype: str) -> str:
     return f"__builtin_{name}" if dtype == "f64" else f"__builtin_{name}f"
 
 
-class _Printer:
+class _Printer(ReduceLoops):
     def __init__(self, kernel: Kernel, fname: str):
         self.k = kernel
         self.fname = fname
@@ -442,7 +419,7 @@ class _Printer:
             self.names.get("buffer", b.name)
         for s in kernel.syms:
             self.names.get("sym", s.name)
-        self.index_dtype = kernel.index_dtype if kernel.index_dtype in _INTS else "i64"
+        self.index_dtype = kernel.index_dtype if kernel.index_dtype in INTS else "i64"
         self.int64_vars: set[str] = set()     # Index results: int64_t whatever their dtype
         self.fast = False                      # printing the dense version of a component
         self.rows: tuple[E.Expr, ...] | None = None   # printing a flat loop split in rows
@@ -450,6 +427,7 @@ class _Printer:
         self.acc_names: dict[str, tuple[str, str | None]] = {}
         self.expected = _expected_values(kernel)
         self.rowplan = RowPlan()                # row buffers of the reduce component printed
+        self.parallel_r = False                 # printing the loops of a one-row component
 
     # -- helpers
     def emit(self, depth: int, text: str) -> None:
@@ -495,10 +473,10 @@ class _Printer:
         params = []
         for b in k.buffers:
             const = "" if b.is_output else "const "
-            if b.dtype not in _STORAGE:
+            if b.dtype not in STORAGE:
                 raise CompilerUnavailable(f"cpu backend: unsupported dtype {b.dtype!r}")
             restrict = "" if b.name in k.may_alias else "__restrict__ "
-            params.append(f"{const}{_STORAGE[b.dtype]}* {restrict}{self.buf(b.name)}")
+            params.append(f"{const}{STORAGE[b.dtype]}* {restrict}{self.buf(b.name)}")
         params += [f"int64_t {self.sym(s.name)}" for s in k.syms]
         self.emit(0, f"// kernel {k.name}: {len(k.buffers)} buffers, {len(k.syms)} syms, "
                      f"{len(k.components)} component(s)")
@@ -559,37 +537,7 @@ class _Printer:
         if c.kind == "flat":
             self.flat_loop(depth, c)
             return
-        self.rowplan = plan_rows(c)
-        parallel = f"if(xnumel > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})"
-        outer = depth
-        if self.rowplan:
-            # one row buffer per kept value, per thread (rowbuf.py)
-            self.emit(depth, f"#pragma omp parallel {parallel}")
-            self.emit(depth, "{")
-            depth += 1
-            for buf, dt in self.rowplan.buffers.items():
-                ct = _ctype(dt)
-                self.emit(depth, f"{ct}* const {self.rowbuf(buf)} = ({ct}*)__builtin_malloc("
-                                 f"sizeof({ct}) * (rnumel > 0 ? rnumel : 1));")
-            self.emit(depth, "#pragma omp for schedule(static)")
-        else:
-            self.emit(depth, f"#pragma omp parallel for schedule(static) {parallel}")
-        self.emit(depth, "for (int64_t x = 0; x < xnumel; ++x) {")
-        everything = [s for loop in c.loops for s in loop.body] + list(c.body)
-        self.masks(depth + 1, everything, "xmask")
-        env: dict[str, str] = {}
-        for j, loop in enumerate(c.loops):
-            self.loop(depth + 1, j, loop.body, env)
-        if c.body:
-            if c.loops:
-                self.emit(depth + 1, "// per x")
-            self.stmts(depth + 1, c.body, env, None)
-        self.emit(depth, "}")
-        if self.rowplan:
-            for buf in self.rowplan.buffers:
-                self.emit(depth, f"__builtin_free({self.rowbuf(buf)});")
-            self.emit(outer, "}")
-        self.rowplan = RowPlan()
+        self.reduce_component(depth, c)
 
     def flat_loop(self, depth: int, c: Component) -> None:
         simd = "simd " if _simd_safe(c.body, ("x",)) else ""
@@ -662,118 +610,10 @@ class _Printer:
         if used:
             self.emit(depth, f"const bool {mask} = true;")
 
-    # -- a loop over r
-    def loop(self, depth: int, j: int, body, env: dict[str, str]) -> None:
-        reduces = [s for s in body if isinstance(s, Reduce)]
-        accs = {}
-        clauses = []
-        simd = True
-        for red in reduces:
-            if red.kind not in ("sum", "prod", "max", "min"):
-                raise CompilerUnavailable(f"cpu backend: unknown reduction {red.kind!r}")
-            dt = red.dtype
-            ct = _ctype(dt)
-            if red.var not in self.acc_names:    # the same names in both versions
-                self.acc_names[red.var] = (self.names.fresh(self.var(red.var) + "_acc"),
-                                           self.names.fresh(self.var(red.var) + "_nan"))
-            acc, nan_name = self.acc_names[red.var]
-            nan = None
-            if dt == "b8":
-                simd = False
-                init = {"sum": "false", "prod": "true", "max": "false", "min": "true"}[red.kind]
-                self.emit(depth, f"bool {acc} = {init};")
-            elif dt in _FLOATS:
-                # float sums accumulate in double: a row of 1e5 elements summed in float
-                # drifts ~1e-3 from the exact value, far more than torch's pairwise sums
-                wide = "double" if red.kind == "sum" else ct
-                self.emit(depth, f"{wide} {acc} = {_REDUCE_INIT_FLOAT[red.kind]};")
-                if red.kind in ("max", "min"):
-                    nan = nan_name
-                    self.emit(depth, f"int {nan} = 0;  // saw a NaN")
-                    clauses.append(f"|:{nan}")
-            elif red.kind in ("sum", "prod"):
-                ct = _WIDE_UNSIGNED[dt]    # wraps around
-                self.emit(depth, f"{ct} {acc} = {'0' if red.kind == 'sum' else '1'};")
-            else:
-                lim = _INT_LIMITS[dt][0 if red.kind == "max" else 1]
-                self.emit(depth, f"{ct} {acc} = {lim};")
-            if dt != "b8":
-                clauses.append({"sum": "+", "prod": "*", "max": "max", "min": "min"}[red.kind]
-                               + f":{acc}")
-            accs[red.var] = (acc, nan)
-        simd = simd and _simd_safe(body, ("r",))
-        self.emit(depth, f"// loop {j} over r")
-        pragma = "#pragma omp simd" + "".join(f" reduction({c})" for c in clauses)
-        rows = self.split_sizes(body, "r")
-        if rows is None:
-            if simd:
-                self.emit(depth, pragma)
-            self.emit(depth, "for (int64_t r = 0; r < rnumel; ++r) {")
-            inner = depth + 1
-        else:
-            # r = ro * rinner + ri: the inner loop runs along the last dim r is unravelled
-            # over (contiguous rows of a batch-norm reduction over N, H, W), dividing nothing
-            last = self.index(rows[-1], {})
-            self.emit(depth, "{")
-            self.emit(depth + 1, f"const int64_t rinner = {last} > 0 ? {last} : 1;")
-            self.emit(depth + 1, "for (int64_t ro = 0; ro * rinner < rnumel; ++ro) {")
-            self.emit(depth + 2, "const int64_t ri_end = rnumel - ro * rinner < rinner ? "
-                                 "rnumel - ro * rinner : rinner;")
-            if simd:
-                self.emit(depth + 2, pragma)
-            self.emit(depth + 2, "for (int64_t ri = 0; ri < ri_end; ++ri) {")
-            self.emit(depth + 3, "const int64_t r = ro * rinner + ri;")
-            inner = depth + 3
-        self.masks(inner, body, "rmask")
-        self.rrows = rows
-        self.loop_stmts(inner, j, body, dict(env), accs)
-        self.rrows = None
-        if rows is not None:
-            self.emit(depth + 2, "}")
-            self.emit(depth + 1, "}")
-        self.emit(depth, "}")
-        # results, visible to later loops and the epilogue
-        for red in reduces:
-            acc, nan = accs[red.var]
-            value = acc
-            if nan:
-                value = f"{nan} ? fs::nan : {acc}"
-            elif red.dtype in _INTS and red.kind in ("sum", "prod") or \
-                    red.dtype in _FLOATS and red.kind == "sum":
-                value = f"({_ctype(red.dtype)}){acc}"
-            if red.dtype in _HALVES:
-                value = f"fs::{red.dtype}_round({value})"
-            self.emit(depth, f"const {_ctype(red.dtype)} {self.var(red.var)} = {value};")
-            env[red.var] = red.dtype
-
     # -- statements
     def stmts(self, depth: int, body, env: dict[str, str], accs) -> None:
         for s in body:
             self.stmt(depth, s, env, accs)
-
-    def loop_stmts(self, depth: int, j: int, body, env: dict[str, str], accs) -> None:
-        """The body of loop `j` over r: values kept from an earlier loop are read from
-        their row buffer, values a later loop reads again are stored to one, and what
-        nothing needs any more is not computed (rowbuf.py)."""
-        plan = self.rowplan
-        reuses, saves = plan.reuses.get(j, {}), plan.saves.get(j, {})
-        live = plan.live.get(j)
-        for s in body:
-            var = getattr(s, "var", None)
-            if live is not None and var is not None and var not in live:
-                continue
-            if var in reuses:
-                dt = plan.buffers[reuses[var]]
-                self.emit(depth, f"const {_ctype(dt)} {self.var(var)} = "
-                                 f"{self.rowbuf(reuses[var])}[r];")
-                env[var] = dt
-                continue
-            self.stmt(depth, s, env, accs)
-            if var in saves:
-                self.emit(depth, f"{self.rowbuf(saves[var])}[r] = {self.var(var)};")
-
-    def rowbuf(self, name: str) -> str:
-        return self.names.get("rowbuf", name)
 
     def stmt(self, depth: int, s: Stmt, env: dict[str, str], accs) -> None:
         if isinstance(s, Load):
@@ -781,10 +621,10 @@ class _Printer:
             if b is None:
                 raise CompilerUnavailable(f"cpu backend: unknown buffer {s.buffer!r}")
             ref = f"{self.buf(b.name)}[{self.index(s.index, env, access=True)}]"
-            if b.dtype in _HALVES:
+            if b.dtype in HALVES:
                 ref = f"fs::{b.dtype}_to_f32({ref})"
-            dt = s.dtype if s.dtype in _CTYPE else b.dtype
-            ct = _ctype(dt)
+            dt = s.dtype if s.dtype in CTYPE else b.dtype
+            ct = ctype(dt)
             if s.mask:
                 zero = _literal(0, dt)
                 text = f"{self.mask(s.mask, env)} ? {ref} : {zero}"
@@ -797,12 +637,12 @@ class _Printer:
             env[s.var] = self.index_dtype
             self.int64_vars.add(s.var)
         elif isinstance(s, Constant):
-            self.emit(depth, f"const {_ctype(s.dtype)} {self.var(s.var)} = "
+            self.emit(depth, f"const {ctype(s.dtype)} {self.var(s.var)} = "
                              f"{_literal(s.value, s.dtype)};")
             env[s.var] = s.dtype
         elif isinstance(s, Op):
             text = self.op(s, env)
-            self.emit(depth, f"const {_ctype(s.dtype)} {self.var(s.var)} = {text};")
+            self.emit(depth, f"const {ctype(s.dtype)} {self.var(s.var)} = {text};")
             env[s.var] = s.dtype
         elif isinstance(s, Store):
             b = self.buffers.get(s.buffer)
@@ -810,7 +650,7 @@ class _Printer:
                 raise CompilerUnavailable(f"cpu backend: unknown buffer {s.buffer!r}")
             v = self.var(s.value) if s.value not in ("xmask", "rmask") else "true"
             self.dtype_of(env, s.value)
-            if b.dtype in _HALVES:
+            if b.dtype in HALVES:
                 v = f"fs::f32_to_{b.dtype}({v})"
             text = f"{self.buf(b.name)}[{self.index(s.index, env, access=True)}] = {v};"
             if s.mask:
@@ -827,8 +667,8 @@ class _Printer:
                 self.emit(depth, f"{acc} = {acc} {op} {v};")
             elif s.kind in ("sum", "prod"):
                 op = "+=" if s.kind == "sum" else "*="
-                if dt in _INTS:
-                    v = f"({_WIDE_UNSIGNED[dt]}){v}"
+                if dt in INTS:
+                    v = f"({WIDE_UNSIGNED[dt]}){v}"
                 self.emit(depth, f"{acc} {op} {v};")
             else:
                 cmp = ">" if s.kind == "max" else "<"
@@ -859,26 +699,26 @@ class _Printer:
         if s.op == "cast":
             return self.cast(args[0][0], args[0][1], dt)
         text = self.compute(s.op, args, dt)
-        if dt in _HALVES and s.op not in COMPARISONS:
+        if dt in HALVES and s.op not in COMPARISONS:
             text = f"fs::{dt}_round({text})"
         return text
 
     def cast(self, a: str, src: str, dst: str) -> str:
-        if src == dst or (src in _HALVES and dst == "f32"):
+        if src == dst or (src in HALVES and dst == "f32"):
             return a
         if dst == "b8":
             return f"{a} != 0"
-        if dst in _HALVES:
-            return f"fs::{dst}_round((float){a})" if src != "f32" and src not in _HALVES \
+        if dst in HALVES:
+            return f"fs::{dst}_round((float){a})" if src != "f32" and src not in HALVES \
                 else f"fs::{dst}_round({a})"
-        ct = _ctype(dst)
-        if src in _FLOATS and dst in ("u8", "i8", "i16"):
+        ct = ctype(dst)
+        if src in FLOATS and dst in ("u8", "i8", "i16"):
             return f"({ct})(int64_t){a}"
         return f"({ct}){a}"
 
     def compute(self, op: str, args, dt: str) -> str:
-        ct = _ctype(dt)
-        fl = dt in _FLOATS
+        ct = ctype(dt)
+        fl = dt in FLOATS
         b8 = dt == "b8"
         a = args[0][0]
         b = args[1][0] if len(args) > 1 else None
@@ -919,7 +759,7 @@ class _Printer:
         if op == "bitwise_not":
             return f"!{a}" if b8 else f"({ct})~{a}"
         if op in ("isnan", "isinf"):
-            return f"__builtin_{op}({a})" if args[0][1] in _FLOATS else "false"
+            return f"__builtin_{op}({a})" if args[0][1] in FLOATS else "false"
         # binary
         if op in ("add", "sub", "mul"):
             if fl:
@@ -960,7 +800,7 @@ class _Printer:
         raise CompilerUnavailable(f"cpu backend: op {op!r} on {dt} is not supported")
 
     def need_float(self, op: str, dt: str) -> None:
-        if dt not in _FLOATS:
+        if dt not in FLOATS:
             raise CompilerUnavailable(f"cpu backend: {op} computes in floats, not {dt}")
 
 

@@ -43,7 +43,7 @@ class RowPlan:
         return bool(self.buffers)
 
 
-def _uses(s) -> list[str]:
+def uses(s) -> list[str]:
     out: list[str] = []
     if isinstance(s, Op):
         out += s.args
@@ -120,7 +120,7 @@ def plan_rows(c: Component) -> RowPlan:
         for s in loop.body:
             if getattr(s, "var", None) in matched:
                 continue
-            for a in _uses(s):
+            for a in uses(s):
                 if a in matched and a not in frontier:
                     frontier.append(a)
         for v in frontier:
@@ -146,6 +146,6 @@ def plan_rows(c: Component) -> RowPlan:
                 if var is not None:
                     need.add(var)
                 if var not in reused:
-                    need.update(_uses(s))
+                    need.update(uses(s))
         plan.live[j] = need
     return plan

@@ -556,6 +556,60 @@ def test_column_reduction():
     assert torch.equal(mx, a.amax(0))
 
 
+@pytest.mark.parametrize("cols", [13, 64, 200])
+def test_column_order_two_levels(cols):
+    """Centred column sums of squares (a layer-norm weight gradient's shape): the dense
+    version runs blocks of columns with r outside; the second loop reads the first one's
+    results per column; NaN in one column stays in that column; the strided version
+    (a transposed input) gives the same."""
+    a = torch.randn(300, cols)
+    a[7, 3] = float("nan")
+    kb = KB()
+    m, n = kb.sym("m", 300), kb.sym("n", cols)
+    ina, (s0, s1) = kb.input(a)
+    o_var, o_max = kb.output((cols,), "f32"), kb.output((cols,), "f32")
+    k = kb.kernel("colvar", reduce(n, m, [
+        [Load("v", ina, R * s0 + X * s1, None, "f32"), Reduce("s", "sum", "v", "f32"),
+         Reduce("mx", "max", "v", "f32")],
+        [Load("w", ina, R * s0 + X * s1, None, "f32"), Index("cnt", m),
+         Op("cf", "cast", ("cnt",), "f32"), Op("mean", "truediv", ("s", "cf"), "f32"),
+         Op("d", "sub", ("w", "mean"), "f32"), Op("q", "mul", ("d", "d"), "f32"),
+         Reduce("ss", "sum", "q", "f32")]],
+        [Store(o_var, X, "ss", None), Store(o_max, X, "mx", None)]))
+    src = cpu.cpp_source(k)
+    assert "// columns: blocks of 64 x" in src
+    run = compile_one(k)
+    want_var = ((a - a.mean(0)) ** 2).sum(0)
+    for t in (a, a.t().contiguous().t()):
+        var, mx = launch(run, kb, [t], [torch.empty(cols), torch.empty(cols)],
+                         [300, cols, *t.stride()])
+        torch.testing.assert_close(var, want_var, rtol=1e-4, atol=1e-3, equal_nan=True)
+        torch.testing.assert_close(mx, a.amax(0), equal_nan=True)
+        assert mx[3].isnan() and not mx[4].isnan()
+
+
+def test_one_row_reduction_runs_the_loops_over_r_in_parallel():
+    """sum and max of everything, then each element minus the mean (xnumel == 1)."""
+    a = torch.randn(100_000)
+    kb = KB()
+    n = kb.sym("n", a.numel())
+    ina, (s0,) = kb.input(a)
+    o_c, o_mx = kb.output((a.numel(),), "f32"), kb.output((), "f32")
+    k = kb.kernel("center", reduce(E.ONE, n, [
+        [Load("v", ina, R * s0, None, "f32"), Reduce("s", "sum", "v", "f32"),
+         Reduce("mx", "max", "v", "f32")],
+        [Load("w", ina, R * s0, None, "f32"), Index("cnt", n),
+         Op("cf", "cast", ("cnt",), "f32"), Op("mean", "truediv", ("s", "cf"), "f32"),
+         Op("y", "sub", ("w", "mean"), "f32"), Store(o_c, R, "y", None)]],
+        [Store(o_mx, E.ZERO, "mx", None)]))
+    src = cpu.cpp_source(k)
+    assert "#pragma omp parallel for simd reduction(+:s_acc)" in src
+    run = compile_one(k)
+    c, mx = launch(run, kb, [a], [torch.empty(a.numel()), torch.empty(())])
+    torch.testing.assert_close(c, a - a.double().mean().float(), rtol=1e-5, atol=1e-5)
+    assert torch.equal(mx, a.max())
+
+
 def test_nan_propagation_max_min_and_int_reductions():
     a = torch.randn(6, 50)
     a[1, 10] = float("nan")

@@ -1,0 +1,302 @@
+"""The loops of a reduce component on the cpu target (a mixin of cpu.py's printer).
+
+A reduce component computes, for every x < xnumel, its loops over r < rnumel
+(one per reduction level, then one that stores per-element values) and a per-x
+epilogue. Three loop orders, chosen per component:
+
+* rows (the default): x is the parallel loop, each loop over r runs inside it, as
+  a SIMD loop; values an earlier loop computed are kept in per-thread row buffers
+  (rowbuf.py); an r unravelled over several dims runs as rows of the last one.
+* one row (xnumel == 1, a reduction to a scalar): no x loop; each loop over r is
+  itself parallel, with OpenMP reductions of the per-thread partial results.
+* columns (dense version only, when the inputs are contiguous along x and strided
+  along r: bias gradients, layer-norm weight gradients, column sums): blocks of
+  COLUMN_BLOCK consecutive x are the parallel loop, r runs outside and the x of a
+  block inside (one SIMD lane per column), so every load reads consecutive memory;
+  accumulators and results are arrays over the block.
+"""
+from __future__ import annotations
+
+from . import expr as E
+from .cpu_build import CompilerUnavailable
+from .cpu_types import (FLOATS, HALVES, INT_LIMITS, INTS, REDUCE_INIT_FLOAT, WIDE_UNSIGNED,
+                        ctype)
+from .kernel import Component, Load, Reduce
+from .rowbuf import RowPlan, plan_rows, uses
+
+# columns of one block of the column order (one cache line of f32 x 4, SIMD lanes x 8)
+COLUMN_BLOCK = 64
+_CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
+
+
+def column_major(c: Component, specialize, expected) -> bool:
+    """Whether most loads of `c`'s loops read consecutive memory along x but not along r
+    (in the dense version: `specialize` is cpu._specialize)."""
+    along_x = along_r = 0
+    for loop in c.loops:
+        for s in loop.body:
+            if not isinstance(s, Load):
+                continue
+            e = specialize(s.index, expected)[0]
+            terms = e.terms if isinstance(e, E.Add) else (e,)
+            along_x += E.Var("x") in terms
+            along_r += E.Var("r") in terms
+    return along_x > 0 and along_x > along_r
+
+
+class ReduceLoops:
+    """Printing of reduce components; mixed into cpu._Printer."""
+
+    def reduce_component(self, depth: int, c: Component) -> None:
+        from .cpu import PARALLEL_GRAIN, _specialize
+        if c.xnumel == E.ONE:
+            self.single_row(depth, c)
+            return
+        if self.fast and column_major(c, _specialize, self.expected):
+            self.columns(depth, c)
+            return
+        self.rowplan = plan_rows(c)
+        parallel = f"if(xnumel > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})"
+        outer = depth
+        if self.rowplan:
+            self.emit(depth, f"#pragma omp parallel {parallel}")
+            self.emit(depth, "{")
+            depth += 1
+            self.row_buffers(depth)
+            self.emit(depth, "#pragma omp for schedule(static)")
+        else:
+            self.emit(depth, f"#pragma omp parallel for schedule(static) {parallel}")
+        self.emit(depth, "for (int64_t x = 0; x < xnumel; ++x) {")
+        self.row_loops(depth + 1, c)
+        self.emit(depth, "}")
+        if self.rowplan:
+            self.free_row_buffers(depth)
+            self.emit(outer, "}")
+        self.rowplan = RowPlan()
+
+    def single_row(self, depth: int, c: Component) -> None:
+        """xnumel == 1: the loops over r are the parallel ones."""
+        self.rowplan = plan_rows(c)
+        self.emit(depth, "{  // one row: the loops over r run in parallel")
+        self.emit(depth + 1, "const int64_t x = 0;")
+        self.row_buffers(depth + 1)
+        self.parallel_r = True
+        self.row_loops(depth + 1, c)
+        self.parallel_r = False
+        self.free_row_buffers(depth + 1)
+        self.emit(depth, "}")
+        self.rowplan = RowPlan()
+
+    def row_loops(self, depth: int, c: Component) -> None:
+        everything = [s for loop in c.loops for s in loop.body] + list(c.body)
+        self.masks(depth, everything, "xmask")
+        env: dict[str, str] = {}
+        for j, loop in enumerate(c.loops):
+            self.loop(depth, j, loop.body, env)
+        if c.body:
+            if c.loops:
+                self.emit(depth, "// per x")
+            self.stmts(depth, c.body, env, None)
+
+    def row_buffers(self, depth: int) -> None:
+        """One row buffer per kept value (rowbuf.py), per thread."""
+        for buf, dt in self.rowplan.buffers.items():
+            ct = ctype(dt)
+            self.emit(depth, f"{ct}* const {self.rowbuf(buf)} = ({ct}*)__builtin_malloc("
+                             f"sizeof({ct}) * (rnumel > 0 ? rnumel : 1));")
+
+    def free_row_buffers(self, depth: int) -> None:
+        for buf in self.rowplan.buffers:
+            self.emit(depth, f"__builtin_free({self.rowbuf(buf)});")
+
+    def rowbuf(self, name: str) -> str:
+        return self.names.get("rowbuf", name)
+
+    # -- accumulators
+    def accumulators(self, depth: int, reduces, lanes: bool = False):
+        """Declare and initialise each reduction's accumulator (an array over the block's
+        columns with `lanes`): ({var: (acc, nan flag or None)}, OpenMP reduction clauses,
+        whether the loop may run as SIMD lanes)."""
+        accs, clauses, simd = {}, [], True
+        for red in reduces:
+            if red.kind not in _CLAUSE:
+                raise CompilerUnavailable(f"cpu backend: unknown reduction {red.kind!r}")
+            dt = red.dtype
+            if red.var not in self.acc_names:    # the same names in both versions
+                self.acc_names[red.var] = (self.names.fresh(self.var(red.var) + "_acc"),
+                                           self.names.fresh(self.var(red.var) + "_nan"))
+            acc, nan = self.acc_names[red.var]
+            if dt == "b8":
+                simd = False
+                decl, init = "bool", {"sum": "false", "prod": "true", "max": "false",
+                                      "min": "true"}[red.kind]
+            elif dt in FLOATS:
+                # float sums accumulate in double: a row of 1e5 elements summed in float
+                # drifts ~1e-3 from the exact value, far more than torch's pairwise sums
+                decl = "double" if red.kind == "sum" else ctype(dt)
+                init = REDUCE_INIT_FLOAT[red.kind]
+            elif red.kind in ("sum", "prod"):
+                decl, init = WIDE_UNSIGNED[dt], "0" if red.kind == "sum" else "1"  # wraps
+            else:
+                decl, init = ctype(dt), INT_LIMITS[dt][0 if red.kind == "max" else 1]
+            flag = nan if dt in FLOATS and red.kind in ("max", "min") else None
+            if lanes:
+                self.emit(depth, f"{decl} {acc}[{COLUMN_BLOCK}];")
+                if flag:
+                    self.emit(depth, f"int {flag}[{COLUMN_BLOCK}];  // saw a NaN")
+                self.emit(depth, f"for (int64_t xi = 0; xi < xn; ++xi) {{ {acc}[xi] = {init};"
+                                 + (f" {flag}[xi] = 0;" if flag else "") + " }")
+                accs[red.var] = (f"{acc}[xi]", f"{flag}[xi]" if flag else None)
+                continue
+            self.emit(depth, f"{decl} {acc} = {init};")
+            if flag:
+                self.emit(depth, f"int {flag} = 0;  // saw a NaN")
+                clauses.append(f"|:{flag}")
+            if dt != "b8":
+                clauses.append(f"{_CLAUSE[red.kind]}:{acc}")
+            accs[red.var] = (acc, flag)
+        return accs, clauses, simd
+
+    def result(self, red: Reduce, acc: str, nan: str | None) -> str:
+        """The C value of a finished reduction from its accumulator."""
+        value = acc
+        if nan:
+            value = f"{nan} ? fs::nan : {acc}"
+        elif red.dtype in INTS and red.kind in ("sum", "prod") or \
+                red.dtype in FLOATS and red.kind == "sum":
+            value = f"({ctype(red.dtype)}){acc}"
+        if red.dtype in HALVES:
+            value = f"fs::{red.dtype}_round({value})"
+        return value
+
+    # -- a loop over r (rows and one-row orders)
+    def loop(self, depth: int, j: int, body, env: dict[str, str]) -> None:
+        from .cpu import PARALLEL_GRAIN, _simd_safe
+        reduces = [s for s in body if isinstance(s, Reduce)]
+        accs, clauses, simd = self.accumulators(depth, reduces)
+        simd = simd and _simd_safe(body, ("r",))
+        self.emit(depth, f"// loop {j} over r")
+        reduction = "".join(f" reduction({c})" for c in clauses)
+        parallel = None
+        if self.parallel_r and simd:
+            parallel = (f"#pragma omp parallel for{reduction} schedule(static) "
+                        f"if(rnumel >= {PARALLEL_GRAIN})")
+        rows = self.split_sizes(body, "r")
+        if rows is None:
+            if parallel:
+                self.emit(depth, parallel.replace(" for", " for simd", 1))
+            elif simd:
+                self.emit(depth, "#pragma omp simd" + reduction)
+            self.emit(depth, "for (int64_t r = 0; r < rnumel; ++r) {")
+            inner = depth + 1
+        else:
+            # r = ro * rinner + ri: the inner loop runs along the last dim r is unravelled
+            # over (contiguous rows of a batch-norm reduction over N, H, W), dividing nothing
+            last = self.index(rows[-1], {})
+            self.emit(depth, "{")
+            self.emit(depth + 1, f"const int64_t rinner = {last} > 0 ? {last} : 1;")
+            self.emit(depth + 1, "const int64_t router = (rnumel + rinner - 1) / rinner;")
+            if parallel:
+                self.emit(depth + 1, parallel)
+            self.emit(depth + 1, "for (int64_t ro = 0; ro < router; ++ro) {")
+            self.emit(depth + 2, "const int64_t ri_end = rnumel - ro * rinner < rinner ? "
+                                 "rnumel - ro * rinner : rinner;")
+            if simd:
+                self.emit(depth + 2, "#pragma omp simd" + reduction)
+            self.emit(depth + 2, "for (int64_t ri = 0; ri < ri_end; ++ri) {")
+            self.emit(depth + 3, "const int64_t r = ro * rinner + ri;")
+            inner = depth + 3
+        self.masks(inner, body, "rmask")
+        self.rrows = rows
+        self.loop_stmts(inner, j, body, dict(env), accs)
+        self.rrows = None
+        if rows is not None:
+            self.emit(depth + 2, "}")
+            self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+        # results, visible to later loops and the epilogue
+        for red in reduces:
+            self.emit(depth, f"const {ctype(red.dtype)} {self.var(red.var)} = "
+                             f"{self.result(red, *accs[red.var])};")
+            env[red.var] = red.dtype
+
+    def loop_stmts(self, depth: int, j: int, body, env: dict[str, str], accs) -> None:
+        """The body of loop `j` over r: values kept from an earlier loop are read from
+        their row buffer, values a later loop reads again are stored to one, and what
+        nothing needs any more is not computed (rowbuf.py)."""
+        plan = self.rowplan
+        reuses, saves = plan.reuses.get(j, {}), plan.saves.get(j, {})
+        live = plan.live.get(j)
+        for s in body:
+            var = getattr(s, "var", None)
+            if live is not None and var is not None and var not in live:
+                continue
+            if var in reuses:
+                dt = plan.buffers[reuses[var]]
+                self.emit(depth, f"const {ctype(dt)} {self.var(var)} = "
+                                 f"{self.rowbuf(reuses[var])}[r];")
+                env[var] = dt
+                continue
+            self.stmt(depth, s, env, accs)
+            if var in saves:
+                self.emit(depth, f"{self.rowbuf(saves[var])}[r] = {self.var(var)};")
+
+    # -- the column order
+    def columns(self, depth: int, c: Component) -> None:
+        from .cpu import PARALLEL_GRAIN, _simd_safe
+        self.emit(depth, f"// columns: blocks of {COLUMN_BLOCK} x, r outside, x inside")
+        self.emit(depth, f"const int64_t xblocks = (xnumel + {COLUMN_BLOCK - 1}) / "
+                         f"{COLUMN_BLOCK};")
+        self.emit(depth, "#pragma omp parallel for schedule(static) "
+                         f"if(xblocks > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})")
+        self.emit(depth, "for (int64_t xb = 0; xb < xblocks; ++xb) {")
+        d = depth + 1
+        self.emit(d, f"const int64_t x0 = xb * {COLUMN_BLOCK};")
+        self.emit(d, f"const int64_t xn = xnumel - x0 < {COLUMN_BLOCK} ? xnumel - x0 : "
+                     f"{COLUMN_BLOCK};")
+        env: dict[str, str] = {}
+        done: list[Reduce] = []        # reductions whose results are arrays over the block
+        for j, loop in enumerate(c.loops):
+            body = loop.body
+            reduces = [s for s in body if isinstance(s, Reduce)]
+            accs, _, simd = self.accumulators(d, reduces, lanes=True)
+            self.emit(d, f"// loop {j} over r")
+            self.emit(d, "for (int64_t r = 0; r < rnumel; ++r) {")
+            self.lane_loop(d + 1, body, env, done, accs,
+                           simd and _simd_safe(body, ("x",)), mask="rmask")
+            self.emit(d, "}")
+            for red in reduces:
+                col = self.column(red.var)
+                acc, nan = accs[red.var]
+                self.emit(d, f"{ctype(red.dtype)} {col}[{COLUMN_BLOCK}];")
+                self.emit(d, f"for (int64_t xi = 0; xi < xn; ++xi) {col}[xi] = "
+                             f"{self.result(red, acc, nan)};")
+                done.append(red)
+        if c.body:
+            self.emit(d, "// per x")
+            self.lane_loop(d, c.body, env, done, None, _simd_safe(c.body, ("x",)))
+        self.emit(depth, "}")
+
+    def lane_loop(self, depth: int, body, env, done, accs, simd: bool,
+                  mask: str | None = None) -> None:
+        """for xi in the block: x = x0 + xi, the block's reduction results unpacked, `body`."""
+        if simd:
+            self.emit(depth, "#pragma omp simd")
+        self.emit(depth, "for (int64_t xi = 0; xi < xn; ++xi) {")
+        self.emit(depth + 1, "const int64_t x = x0 + xi;")
+        self.masks(depth + 1, body, "xmask")
+        if mask:
+            self.masks(depth + 1, body, mask)
+        read = {a for s in body for a in uses(s)}
+        inner = dict(env)
+        for red in done:
+            if red.var in read:
+                self.emit(depth + 1, f"const {ctype(red.dtype)} {self.var(red.var)} = "
+                                     f"{self.column(red.var)}[xi];")
+                inner[red.var] = red.dtype
+        self.stmts(depth + 1, body, inner, accs)
+        self.emit(depth, "}")
+
+    def column(self, var: str) -> str:
+        return self.names.get("column", var)
+

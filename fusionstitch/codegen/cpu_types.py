@@ -1,0 +1,27 @@
+"""Types of the cpu target: IR dtypes as C types, and the limits reductions start from."""
+from __future__ import annotations
+
+from .cpu_build import CompilerUnavailable
+
+CTYPE = {"f64": "double", "f32": "float", "f16": "float", "bf16": "float",
+          "i64": "int64_t", "i32": "int32_t", "i16": "int16_t", "i8": "int8_t",
+          "u8": "uint8_t", "b8": "bool"}
+STORAGE = dict(CTYPE, f16="uint16_t", bf16="uint16_t")
+FLOATS = frozenset({"f64", "f32", "f16", "bf16"})
+HALVES = frozenset({"f16", "bf16"})
+INTS = frozenset({"i64", "i32", "i16", "i8", "u8"})
+WIDE_UNSIGNED = {"i64": "uint64_t", "i32": "uint32_t", "i16": "uint32_t", "i8": "uint32_t",
+                  "u8": "uint32_t"}
+
+
+def ctype(dtype: str) -> str:
+    try:
+        return CTYPE[dtype]
+    except KeyError:
+        raise CompilerUnavailable(f"cpu backend: unsupported dtype {dtype!r}") from None
+
+
+INT_LIMITS = {"i64": ("INT64_MIN", "INT64_MAX"), "i32": ("INT32_MIN", "INT32_MAX"),
+               "i16": ("INT16_MIN", "INT16_MAX"), "i8": ("INT8_MIN", "INT8_MAX"),
+               "u8": ("0", "UINT8_MAX")}
+REDUCE_INIT_FLOAT = {"sum": "0", "prod": "1", "max": "-fs::inf", "min": "fs::inf"}
