@@ -8,7 +8,11 @@ Per workload, in one process, each variant on a fresh ``bench.workloads.make``
 instance (optimizer state and in-place updates do not leak between variants):
 
 * ``first_call_s``: the first step, cold (Dynamo, AOTAutograd, the backend's compile
-  of forward and backward, one step); Inductor compiles into a fresh cache folder;
+  of forward and backward, one step); Inductor and fusionstitch compile into fresh
+  cache folders;
+* ``warm_start_s`` (fusionstitch): the first step of a new compile after the cold one,
+  with the in-memory caches cleared: kernels come from the disk cache, as in a new
+  process (less Python's imports);
 * the step time: median, p10, p90 over the timed runs, after warm-up;
 * kernels: fusionstitch's ``stats()`` delta over one step (kernels launched, library
   calls); Inductor's ``torch._inductor.metrics.generated_kernel_count`` over its
@@ -203,6 +207,43 @@ def prepare_variant(name: str, size: str, variant: str, target: str,
     return entry, outs, run
 
 
+@contextlib.contextmanager
+def _fresh_fusionstitch_cache():
+    """FUSIONSTITCH_CACHE_DIR set to a new empty folder for the block (then restored)."""
+    import tempfile
+    old = os.environ.get("FUSIONSTITCH_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="fusionstitch-bench-") as d:
+        os.environ["FUSIONSTITCH_CACHE_DIR"] = d
+        try:
+            yield d
+        finally:
+            if old is None:
+                os.environ.pop("FUSIONSTITCH_CACHE_DIR", None)
+            else:
+                os.environ["FUSIONSTITCH_CACHE_DIR"] = old
+
+
+def warm_start(name: str, size: str, target: str) -> float:
+    """Seconds to the end of the first step of a fresh fusionstitch compile that finds its
+    kernels in the disk cache (filled by the cold compile) and nothing in memory: what a
+    new process pays, less Python's imports."""
+    import time
+
+    import torch
+
+    from bench import workloads as W
+    from fusionstitch.runtime.cache import clear_memory_caches
+    torch._dynamo.reset()
+    clear_memory_caches()
+    inst = W.make(name, size, device=_device(target))
+    fn = _compile("fusionstitch", inst.fn, target)
+    start = time.perf_counter()
+    W.step(inst, fn)
+    if target == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
 def _error(e: Exception) -> dict:
     traceback.print_exc(file=sys.stderr)
     return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:500]}
@@ -219,8 +260,9 @@ def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, 
     row = {"workload": name, "mode": W.WORKLOADS[name].mode, "variants": {}}
     entries, runs, references = row["variants"], {}, {}
     torch._dynamo.reset()
-    # Inductor compiles into a fresh cache folder: a cold compile, like fusionstitch's
-    with fresh_cache() if "inductor" in variants else contextlib.nullcontext():
+    # Inductor and fusionstitch compile into fresh cache folders: cold compiles
+    with fresh_cache() if "inductor" in variants else contextlib.nullcontext(), \
+            _fresh_fusionstitch_cache():
         try:  # eager in float64: tells eager's own fp32 rounding from a real difference
             references["float64"] = W.step(W.make(name, size, device=_device(target),
                                                   dtype=torch.float64))
@@ -247,6 +289,11 @@ def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, 
         f"{v} {e['median_s'] * 1e3:.3f} ms" for v, e in entries.items() if "median_s" in e)
         + f" ({max((e.get('runs', 0) for e in entries.values()), default=0)} rounds)",
         file=sys.stderr, flush=True)
+    if "fusionstitch" in runs:
+        try:
+            entries["fusionstitch"]["warm_start_s"] = warm_start(name, size, target)
+        except Exception as e:
+            entries["fusionstitch"]["warm_start_error"] = _error(e)["error"]
     med = {v: e.get("median_s") for v, e in entries.items()}  # speed-up: base / variant
     row["speedup"] = {f"{v}_vs_{base}": med[base] / med[v] if med.get(v) and med.get(base)
                       else None for v, base in (("inductor", "eager"), ("fusionstitch", "eager"),
@@ -297,6 +344,7 @@ def table(rows: list[dict], variants) -> str:
     cols = [(f"{v} ms", v, "median_s", ".3f") for v in variants] + [
         ("compile s ind", "inductor", "first_call_s", ".1f"),
         ("compile s fs", "fusionstitch", "first_call_s", ".1f"),
+        ("warm start s fs", "fusionstitch", "warm_start_s", ".2f"),
         ("fs/eager", "speedup", "fusionstitch_vs_eager", ".2f"),
         ("fs/ind", "speedup", "fusionstitch_vs_inductor", ".2f"),
         ("ind/eager", "speedup", "inductor_vs_eager", ".2f"),

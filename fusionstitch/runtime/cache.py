@@ -22,3 +22,12 @@ def digest(*parts: str) -> str:
         h.update(p.encode())
         h.update(b"\0")
     return h.hexdigest()[:24]
+
+
+def clear_memory_caches() -> None:
+    """Forget what this process compiled or lowered (not the disk cache): the next compile
+    starts as a new process with a warm disk cache would (the bench's warm start)."""
+    from ..codegen import cpu_build, lower, triton
+    lower._CACHE.clear()
+    cpu_build.clear_memory_cache()
+    triton._LOADED.clear()
