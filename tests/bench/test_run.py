@@ -63,6 +63,7 @@ def test_rows_have_medians_ratios_kernels_errors(eager_only):
         assert fs["kernels"] >= 1 and fs["library_calls"] == 0 and fs["fallbacks"] == 0
         assert eager["ops"] > fs["kernels"]  # the whole chain is fused
         assert fs["max_rel_err"] <= 1e-4 and fs["max_rel_err_f64"] <= 1e-4
+        assert fs["warm_start_s"] > 0   # a second compile, kernels from the disk cache
     # on the cpu target the recompute limit (fusion/patterns.MAX_RECOMPUTE) splits the
     # chain of five softmaxes where recomputing across row loops would cost more than it saves
     assert rows["softmax_chain"]["variants"]["fusionstitch"]["kernels"] <= 3
