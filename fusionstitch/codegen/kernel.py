@@ -232,14 +232,27 @@ def _value(e, env=None) -> int:
     raise TypeError(f"not a size expression: {e!r}")
 
 
-def arithmetic_work(k: Kernel) -> int:
+def arithmetic_work(k: Kernel, row_buffers: bool = False) -> int:
     """Arithmetic ops the kernel executes (each Op statement once per point it runs at,
     masks and casts not counted): compared with the group's own op count, it shows how
-    much thread composition recomputes (concat branches, values re-derived per loop)."""
-    def count(stmts) -> int:
-        return sum(1 for s in stmts if isinstance(s, Op) and s.op not in ("and", "cast"))
+    much thread composition recomputes (concat branches, values re-derived per loop).
+    With `row_buffers` (the cpu target), a value a later loop reads back from a row
+    buffer (rowbuf.py) costs nothing there."""
+    def count(stmts, skip=frozenset()) -> int:
+        return sum(1 for s in stmts if isinstance(s, Op) and s.op not in ("and", "cast")
+                   and s.var not in skip)
     work = 0
     for c in k.components:
         x, r = _value(c.xnumel), _value(c.rnumel)
-        work += count(c.body) * x + sum(count(lp.body) for lp in c.loops) * x * r
+        skip = [frozenset()] * len(c.loops)
+        if row_buffers:
+            from .rowbuf import plan_rows
+            plan = plan_rows(c)
+            if plan:
+                skip = [frozenset(s.var for s in lp.body if hasattr(s, "var")
+                                  and (s.var not in plan.live[j] or s.var in
+                                       plan.reuses.get(j, {})))
+                        for j, lp in enumerate(c.loops)]
+        work += count(c.body) * x + sum(count(lp.body, sk)
+                                        for lp, sk in zip(c.loops, skip)) * x * r
     return work

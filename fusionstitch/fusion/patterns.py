@@ -54,6 +54,9 @@ PACK_MAX_OPS = MAX_PATTERN_OPS
 # own ops. Applied to the cpu target, where it was measured (cartpole 0.10x -> 2.1x eager,
 # softmax_chain 0.26x -> 0.76x); GPUs have arithmetic to spare and are not measured yet.
 MAX_RECOMPUTE = {"cpu": 3.0}
+# Targets whose code generator keeps values in row buffers across the loops of a
+# reduction (codegen/rowbuf.py): work read back from one is not recomputation.
+ROW_BUFFER_TARGETS = frozenset({"cpu"})
 _BRANCHING = frozenset({"cat.default", "constant_pad_nd.default"})
 _FREE_CATEGORIES = (Category.RESHAPE, Category.TRANSPOSE, Category.TUPLE, Category.BROADCAST)
 
@@ -62,9 +65,10 @@ class Legality:
     """check_group with a memo, shared by all generators of one planning run."""
 
     def __init__(self, graph: Graph, batched_gemms: bool = True, lowerable: bool = False,
-                 max_recompute: float | None = None):
+                 max_recompute: float | None = None, row_buffers: bool = False):
         self.graph = graph
         self.max_recompute = max_recompute
+        self.row_buffers = row_buffers      # the target keeps rows across loops (cpu)
         # codegen targets: a pattern is legal only if the code generator can lower it
         self.lowerable = lowerable
         self.position = {n.name: i for i, n in enumerate(graph.nodes)}
@@ -114,7 +118,7 @@ class Legality:
         from ..schedule.propagate import _numel
         own = sum(_numel(graph[n].type) for n in key
                   if lookup(graph[n].op).category not in _FREE_CATEGORIES)
-        work = arithmetic_work(k)
+        work = arithmetic_work(k, self.row_buffers)
         if work > self.max_recompute * max(own, 1):
             return Decision.forbid(f"fused, it would compute {work / max(own, 1):.1f}x the "
                                    f"ops of its parts (recomputation across concat branches "

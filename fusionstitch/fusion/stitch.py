@@ -120,10 +120,11 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
     stages: dict[str, float] = {}
     t = time.perf_counter()
     from . import CODEGEN_TARGETS
-    from .patterns import MAX_RECOMPUTE
+    from .patterns import MAX_RECOMPUTE, ROW_BUFFER_TARGETS
     leg = Legality(graph, batched_gemms=gemms_fusible(target),
                    lowerable=target in CODEGEN_TARGETS,
-                   max_recompute=MAX_RECOMPUTE.get(target))
+                   max_recompute=MAX_RECOMPUTE.get(target),
+                   row_buffers=target in ROW_BUFFER_TARGETS)
     candidates = candidate_patterns(leg, packing=False)
     stages["candidates"] = time.perf_counter() - t
 
