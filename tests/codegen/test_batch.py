@@ -210,6 +210,23 @@ def test_a_read_of_another_programs_entry_is_not_generated():
     torch.testing.assert_close(got, f(a, b))
     rep = fusionstitch.explain(f, a, b, target="interpret")
     assert st["kernels_launched"] == rep.num_kernels
+    # handed such a group, legalisation splits it into its ops (GEMMs: library calls)
+    from fusionstitch.fusion.codegen_legal import legalize
+    from fusionstitch.fusion.plan import LIBRARY, FusionPlan, Group
+    plan = legalize(FusionPlan(g, (Group(0, tuple(_ops(g)), KERNEL, "block"),), "stitch"),
+                    "interpret")
+    assert len(plan.groups) == len(_ops(g))
+    assert all(grp.kind == LIBRARY for grp in plan.groups if g[grp.nodes[0]].op in FUSIBLE_DOTS)
+
+
+def test_an_output_laid_out_across_programs_is_stored_from_its_source():
+    """Attention's [b*h, s, d] result viewed as [b*s, h*d]: program (b, h) owns strided rows
+    of the output; it stores them from its own part of the value GEMM."""
+    def f(q, k, v):
+        o = torch.bmm(torch.softmax(torch.bmm(q, k.transpose(1, 2)), -1), v) * 2
+        return o.view(2, 3, 5, 8).permute(0, 2, 1, 3).reshape(10, 24)
+    rep = check(f, *(torch.randn(6, 5, 8) for _ in range(3)))
+    assert "grid b<" in str(rep)
 
 
 def test_integer_and_double_gemms_stay_library_calls():
