@@ -277,6 +277,25 @@ class _Printer:
             self.stmt(s, depth, f"[{', '.join(shape)}]", "zt")
         self.emit(f"{name} = tl.where({masks}, {var}, 0.0)", depth)
 
+    def dot_operands(self, c: Component, dot: Dot) -> tuple[str, str, str]:
+        """The tl.dot operands and precision argument. Operands are fp32 values in the IR;
+        on the GPU, when both are f16 (or both bf16) loads cast up, the loads themselves go
+        to tl.dot (tensor cores; products of halves are exact in the fp32 accumulator, as
+        in cuBLAS). The interpreter keeps fp32 (numpy has no bf16 matmul)."""
+        ieee = ', input_precision="ieee"'
+        if self.interpret:
+            return dot.lhs, dot.rhs, ieee
+        halves = []
+        for loop, var in zip(c.loops, (dot.lhs, dot.rhs)):
+            defs = {s.var: s for s in loop.body if isinstance(s, (Op, Load))}
+            up = defs.get(var)
+            src = defs.get(up.args[0]) if isinstance(up, Op) and up.op == "cast" else None
+            halves.append((src.var, src.dtype) if isinstance(src, Load) and
+                          src.dtype in ("f16", "bf16") else None)
+        if halves[0] and halves[1] and halves[0][1] == halves[1][1]:
+            return halves[0][0], halves[1][0], ""
+        return dot.lhs, dot.rhs, ieee
+
     def dot_stage(self, c: Component, tag: str, depth: int) -> None:
         """A GEMM tile per (x, y) block: operand tiles computed by index, masked to 0 outside
         the sizes (tl.dot needs power-of-two blocks of at least 16), summed over r by
@@ -298,14 +317,14 @@ class _Printer:
         acc = f"acc_{dot.var}"
         self.emit(f"{acc} = tl.full([{xb}, {yb}], 0, tl.float32)", d)
         self.emit(f"for roffset in range(0, {self.bound('R', tag, 'rnumel')}, {rb}):", d)
-        self.tile(c.loops[0], f"lhs_{dot.var}", dot.lhs, [xb, rb], d + 1,
+        lhs, rhs, precision = self.dot_operands(c, dot)
+        self.tile(c.loops[0], f"lhs_{dot.var}", lhs, [xb, rb], d + 1,
                   [f"x = xoffset + tl.arange(0, {xb})[:, None]", "xmask = x < xnumel",
                    f"r = roffset + tl.arange(0, {rb})[None, :]", "rmask = r < rnumel"])
-        self.tile(c.loops[1], f"rhs_{dot.var}", dot.rhs, [rb, yb], d + 1,
+        self.tile(c.loops[1], f"rhs_{dot.var}", rhs, [rb, yb], d + 1,
                   [f"r = roffset + tl.arange(0, {rb})[:, None]", "rmask = r < rnumel",
                    f"y = yoffset + tl.arange(0, {yb})[None, :]", "ymask = y < ynumel"])
-        self.emit(f"{acc} = tl.dot(lhs_{dot.var}, rhs_{dot.var}, {acc}, "
-                  "input_precision=\"ieee\")", d + 1)
+        self.emit(f"{acc} = tl.dot(lhs_{dot.var}, rhs_{dot.var}, {acc}{precision})", d + 1)
         self.emit(f"x = xoffset + tl.arange(0, {xb})[:, None]", d)
         self.emit("xmask = x < xnumel", d)
         self.emit(f"y = yoffset + tl.arange(0, {yb})[None, :]", d)
