@@ -300,10 +300,17 @@ def template(k: Kernel) -> str:
     return f"packing[{text}]" if len(parts) > 1 else f"[{text}]"
 
 
+def bodies(c: Component) -> list[tuple[Stmt, ...]]:
+    """The statement lists of a component in the order a program runs them: its loops,
+    then its per-x body; a batch component's stages one after another."""
+    if c.kind == "batch":
+        return [body for st in c.stages for body in bodies(st)]
+    return [loop.body for loop in c.loops] + [c.body]
+
+
 def _stmts(c: Component):
-    for loop in c.loops:
-        yield from loop.body
-    yield from c.body
+    for body in bodies(c):
+        yield from body
 
 
 def _value(e, env=None) -> int:

@@ -335,3 +335,19 @@ def test_gpu_source_compiles_for_sm90():
     g = _graph(half, torch.randn(3, 7, 20).half(), torch.randn(3, 20, 9).half())
     src, out = _compile_sm90(lower_group(g, _ops(g), "k"))
     assert "input_precision" not in src and "mma" in out.asm["ptx"]
+
+
+def test_in_place_writes_see_the_reads_of_batch_stages():
+    """A kernel packing a GEMM that reads w with the update of w: storing the new w into
+    w's memory would race with the GEMM's reads, and runtime/inplace.py must see them
+    (they live in the batch component's stages)."""
+    from fusionstitch.runtime.inplace import kernel_hazard
+
+    def f(w, x):
+        return torch.relu(x @ w), w * 0.9
+    g = _graph(f, torch.randn(8, 6), torch.randn(4, 8))
+    k = lower_group(g, _ops(g), "k")
+    assert [c.kind for c in k.components] == ["batch", "flat"]
+    new_w = next(b for b in k.outputs if g[b.value].op == "mul.Tensor")
+    w = g[new_w.value].args[0].name
+    assert kernel_hazard(k, w, new_w) == "another part of the kernel reads the input"
