@@ -17,12 +17,31 @@ interpreter, `codegen/cpu.py` for C++). A Kernel is a small readable value:
       kind "reduce"  grid over x in [0, xnumel); for each x, `loops` run r over
                      [0, rnumel) in order, each producing `Reduce` results that
                      later loops and the epilogue (`body`) read per x
+      kind "batch"   block composition (2019 §5.1): grid over the batch entries
+                     b in [0, xnumel); each program runs `stages` in order, with a
+                     barrier between stages. A stage is a component of its own
+                     ("flat", "reduce" or "dot") whose x ranges over the elements
+                     of one batch entry (b is fixed in the program); it stores the
+                     values later stages read into scratch buffers (`Buffer.scratch`,
+                     per batch entry, in global memory: the paper's `S`) and those
+                     stages read them back by index. Values read only pointwise are
+                     recomputed where read instead (size shrinking).
+      kind "dot"     (a stage only) C[x, y] = sum over r of lhs(x, r) * rhs(r, y): a
+                     GEMM tile with x < xnumel (m), y < ynumel (n), r < rnumel (k), for
+                     each z < znumel (the GEMM entries of one program, when a program
+                     takes several so that a reduction across them stays inside it).
+                     loops[0] computes the lhs at (x, r) under `xmask & rmask`,
+                     loops[1] the rhs at (r, y) under `rmask & ymask`; `body` starts
+                     with the `Dot` that sums them over r (fp32) and is the
+                     epilogue per (x, y). Lanes outside a mask contribute 0.
 
 Statements are SSA over named variables. Every variable has a compute dtype
 (IR names: f32, f64, i64, i32, b8, ...); half types appear only as the dtype
 of a `Load` result or of a value cast right before a `Store`. Two variables
 exist without a statement: `xmask` (x < xnumel) and, inside loops, `rmask`
-(r < rnumel); masks of loads and stores are variable names or None.
+(r < rnumel), in dot stages `ymask` (y < ynumel); masks of loads and stores are
+variable names or None. Index expressions use the loop variables x, r, y and,
+inside a batch component, b (the program's batch entry) and z (dot stages).
 
 Elementwise ops (`Op.op`), with their arity:
     1: neg abs exp exp2 log log2 log1p expm1 sqrt rsqrt sin cos tan tanh sigmoid
@@ -43,7 +62,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-from .expr import Expr, Sym, to_source
+from .expr import ONE, Expr, Sym, to_source
 
 UNARY = frozenset("neg abs exp exp2 log log2 log1p expm1 sqrt rsqrt sin cos tan tanh sigmoid "
                   "erf floor ceil round trunc sign reciprocal not bitwise_not isnan isinf "
@@ -76,6 +95,9 @@ class Buffer:
     shape: tuple[int, ...]
     strides: tuple[Expr, ...]  # per dim: Sym (inputs, run time) or contiguous (outputs)
     is_output: bool
+    # a batch component's on-chip intermediate, spilled per program (block composition's
+    # `S`): contiguous, `dtype` is the compute dtype, allocated by the runtime per launch
+    scratch: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,6 +139,14 @@ class Store:
 
 
 @dataclass(frozen=True)
+class Dot:
+    var: str                   # per (x, y) of a dot stage: sum over r of lhs * rhs
+    lhs: str                   # a variable of loops[0], at (x, r)
+    rhs: str                   # a variable of loops[1], at (r, y)
+    dtype: str                 # f32 (operands are f32 too; accumulation in fp32)
+
+
+@dataclass(frozen=True)
 class Reduce:
     var: str                   # the result, visible after the loop (one value per x)
     kind: str
@@ -124,7 +154,7 @@ class Reduce:
     dtype: str
 
 
-Stmt = Union[Load, Index, Constant, Op, Store, Reduce]
+Stmt = Union[Load, Index, Constant, Op, Store, Reduce, Dot]
 
 
 @dataclass(frozen=True)
@@ -134,11 +164,14 @@ class Loop:
 
 @dataclass(frozen=True)
 class Component:
-    kind: str                  # "flat" | "reduce"
-    xnumel: Expr
+    kind: str                  # "flat" | "reduce" | "batch" | "dot" (a stage only)
+    xnumel: Expr               # batch: the number of batch entries (programs)
     rnumel: Expr
     loops: tuple[Loop, ...]
     body: tuple[Stmt, ...]     # flat: everything; reduce: the per-x epilogue
+    stages: tuple["Component", ...] = ()   # batch: what each program runs, in order
+    ynumel: Expr = ONE         # dot: the n extent (x is m, r is k)
+    znumel: Expr = ONE         # dot: the GEMM entries z one program runs, one after another
 
 
 @dataclass(frozen=True)
@@ -156,7 +189,11 @@ class Kernel:
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:
-        return tuple(b for b in self.buffers if not b.is_output)
+        return tuple(b for b in self.buffers if not b.is_output and not b.scratch)
+
+    @property
+    def scratch(self) -> tuple[Buffer, ...]:
+        return tuple(b for b in self.buffers if b.scratch)
 
     @property
     def outputs(self) -> tuple[Buffer, ...]:
@@ -178,6 +215,8 @@ def stmt_text(s: Stmt) -> str:
         return f"store {s.buffer}[{to_source(s.index)}] = {s.value}{m}"
     if isinstance(s, Reduce):
         return f"{s.var}: {s.dtype} = reduce_{s.kind}({s.value}) over r"
+    if isinstance(s, Dot):
+        return f"{s.var}: {s.dtype} = dot({s.lhs}, {s.rhs}) over r"
     raise TypeError(s)
 
 
@@ -186,33 +225,92 @@ def kernel_text(k: Kernel) -> str:
     lines = [f"kernel {k.name}({', '.join(b.name for b in k.buffers)}; "
              f"{', '.join(s.name for s in k.syms)}) index {k.index_dtype}"]
     for b in k.buffers:
-        role = "out" if b.is_output else "in"
+        role = "out" if b.is_output else "scratch" if b.scratch else "in"
         el = f".{b.element}" if b.element is not None else ""
         lines.append(f"  {role} {b.name} = %{b.value}{el}: {b.dtype}{list(b.shape)}")
     for i, c in enumerate(k.components):
-        lines.append(f"  component {i}: {c.kind} x < {to_source(c.xnumel)}"
-                     + (f", r < {to_source(c.rnumel)}" if c.kind == "reduce" else ""))
-        for j, loop in enumerate(c.loops):
-            lines.append(f"    loop {j} over r:")
-            lines.extend("      " + stmt_text(s) for s in loop.body)
-        if c.loops:
-            lines.append("    per x:")
-        lines.extend("    " + ("  " if c.loops else "") + stmt_text(s) for s in c.body)
+        if c.kind == "batch":
+            lines.append(f"  component {i}: batch b < {to_source(c.xnumel)} "
+                         f"(one program per batch entry)")
+            for j, st in enumerate(c.stages):
+                lines.append(f"    stage {j}: {_extent(st)}")
+                lines.extend(_body_text(st, "      "))
+            continue
+        lines.append(f"  component {i}: {_extent(c)}")
+        lines.extend(_body_text(c, "    "))
     return "\n".join(lines)
+
+
+def _extent(c: Component) -> str:
+    text = f"{c.kind} x < {to_source(c.xnumel)}"
+    if c.kind == "dot":
+        text += f", y < {to_source(c.ynumel)}"
+        if c.znumel != ONE:
+            text += f", z < {to_source(c.znumel)}"
+    if c.kind in ("reduce", "dot"):
+        text += f", r < {to_source(c.rnumel)}"
+    return text
+
+
+def _body_text(c: Component, pad: str) -> list[str]:
+    lines = []
+    if c.kind == "dot":
+        for title, loop in zip(("lhs at (x, r):", "rhs at (r, y):"), c.loops):
+            lines.append(pad + title)
+            lines.extend(pad + "  " + stmt_text(s) for s in loop.body)
+        lines.append(pad + "per (x, y):")
+    else:
+        for j, loop in enumerate(c.loops):
+            lines.append(f"{pad}loop {j} over r:")
+            lines.extend(pad + "  " + stmt_text(s) for s in loop.body)
+        if c.loops:
+            lines.append(pad + "per x:")
+    lines.extend(pad + ("  " if c.loops else "") + stmt_text(s) for s in c.body)
+    return lines
 
 
 def template(k: Kernel) -> str:
     """The implementation template of a kernel in the paper's spirit, one part per component:
-    which dims map to the grid (x), which a program loops over (r), in how many passes."""
+    which dims map to the grid (x, or b: one program per batch entry), which a program loops
+    over (r), in how many passes; a batch component lists its stages, `S` marking those
+    that keep their results for later stages (scratch)."""
+    scratch = {b.name for b in k.scratch}
     parts = []
     for c in k.components:
         if c.kind == "flat":
             parts.append(f"grid x<{to_source(c.xnumel)}")
+        elif c.kind == "batch":
+            stages = []
+            for st in c.stages:
+                text = f"stage {st.kind} x<{to_source(st.xnumel)}"
+                if st.kind == "dot":
+                    text += f" y<{to_source(st.ynumel)} r<{to_source(st.rnumel)}"
+                    if st.znumel != ONE:
+                        text += f" z<{to_source(st.znumel)}"
+                elif st.kind == "reduce":
+                    text += f" r<{to_source(st.rnumel)} x{len(st.loops)}"
+                if any(isinstance(s, Store) and s.buffer in scratch for s in _stmts(st)):
+                    text += " S"
+                stages.append(text)
+            parts.append(f"grid b<{to_source(c.xnumel)}, " + ", ".join(stages))
         else:
             parts.append(f"grid x<{to_source(c.xnumel)}, loop r<{to_source(c.rnumel)} "
                          f"x{len(c.loops)}")
     text = " | ".join(parts)
     return f"packing[{text}]" if len(parts) > 1 else f"[{text}]"
+
+
+def bodies(c: Component) -> list[tuple[Stmt, ...]]:
+    """The statement lists of a component in the order a program runs them: its loops,
+    then its per-x body; a batch component's stages one after another."""
+    if c.kind == "batch":
+        return [body for st in c.stages for body in bodies(st)]
+    return [loop.body for loop in c.loops] + [c.body]
+
+
+def _stmts(c: Component):
+    for body in bodies(c):
+        yield from body
 
 
 def _value(e, env=None) -> int:
@@ -241,9 +339,15 @@ def arithmetic_work(k: Kernel, row_buffers: bool = False) -> int:
     def count(stmts, skip=frozenset()) -> int:
         return sum(1 for s in stmts if isinstance(s, Op) and s.op not in ("and", "cast")
                    and s.var not in skip)
-    work = 0
-    for c in k.components:
+
+    def work_of(c: Component) -> int:
         x, r = _value(c.xnumel), _value(c.rnumel)
+        if c.kind == "batch":
+            return x * sum(work_of(st) for st in c.stages)
+        if c.kind == "dot":
+            y, z = _value(c.ynumel), _value(c.znumel)
+            return z * (count(c.loops[0].body) * x * r + count(c.loops[1].body) * r * y
+                        + (count(c.body) + 2 * r) * x * y)
         skip = [frozenset()] * len(c.loops)
         if row_buffers:
             from .rowbuf import plan_rows
@@ -253,6 +357,6 @@ def arithmetic_work(k: Kernel, row_buffers: bool = False) -> int:
                                   and (s.var not in plan.live[j] or s.var in
                                        plan.reuses.get(j, {})))
                         for j, lp in enumerate(c.loops)]
-        work += count(c.body) * x + sum(count(lp.body, sk)
-                                        for lp, sk in zip(c.loops, skip)) * x * r
-    return work
+        return count(c.body) * x + sum(count(lp.body, sk)
+                                       for lp, sk in zip(c.loops, skip)) * x * r
+    return sum(work_of(c) for c in k.components)

@@ -14,6 +14,10 @@ per-element outputs are stored by a last loop and per-row outputs after the
 loops. A reduction's result may only be read at its own row (index x); a group
 that would read it elsewhere is not generated (`Unsupported`), and the planner
 leaves it split.
+
+A component around small GEMMs (a "batch" space) is lowered by `codegen/batch.py`
+into stages run by one program per batch entry (block composition); values one
+stage produces for later ones go through scratch buffers (`Lowerer.staged`).
 """
 from __future__ import annotations
 
@@ -57,13 +61,20 @@ class Lowerer:
         self.outputs: list[Buffer] = []
         self.syms: dict[str, E.Sym] = {}
         self.bindings: dict[str, tuple] = {}
-        self.dtype_of: dict[str, str] = {"xmask": "b8", "rmask": "b8"}
+        self.dtype_of: dict[str, str] = {"xmask": "b8", "rmask": "b8", "ymask": "b8"}
         self.counter = 0
         self.scope = _Scope()
         self.mask: str | None = "xmask"
         self.reduced: dict[tuple, str] = {}     # (node, element) -> per-x result var
         self.single_row = False
         self.canonical = None
+        # batch components: (node, element) -> the buffer its stage stored it in, and
+        # the number of batch entries (programs) that must each read only their own
+        self.staged: dict[tuple, Buffer] = {}
+        self.scratch: list[Buffer] = []
+        self.batch = 1            # programs of the batch component being lowered
+        self.gemm_batch = 1       # its GEMMs' batch entries (a program may run several)
+        self.extent: dict[str, int] = {}   # loop variable -> its range in the current stage
         big = max((_numel(graph[n].type) for n in names), default=0)
         self.index_dtype = "i64" if big > INT32_LIMIT else "i32"
 
@@ -109,6 +120,15 @@ class Lowerer:
         strides = tuple(E.product(sizes[d + 1:]) for d in range(len(sizes)))
         buf = Buffer(f"out{len(self.outputs)}", value, element, t.dtype, t.shape, strides, True)
         self.outputs.append(buf)
+        return buf
+
+    def scratch_buffer(self, value: str, element: int | None, t: TensorType) -> Buffer:
+        """A contiguous per-launch buffer of `t`'s shape in its compute dtype."""
+        sizes = self.sizes(t.shape)
+        strides = tuple(E.product(sizes[d + 1:]) for d in range(len(sizes)))
+        buf = Buffer(f"s{len(self.scratch)}", value, element, compute_dtype(t.dtype), t.shape,
+                     strides, False, scratch=True)
+        self.scratch.append(buf)
         return buf
 
     # -- statements ------------------------------------------------------------------
@@ -178,6 +198,10 @@ class Lowerer:
         t = node.type if element is None else node.type.elements[element]
         if name not in self.members or node.op in (PARAMETER, CONSTANT):
             return self.load(self.input_buffer(name, element, t), idx)
+        staged = self.staged.get((name, element))
+        if staged is not None:
+            from .batch import read_staged
+            return read_staged(self, staged, idx)
         if node.op in SIMPLE_REDUCTIONS:
             return self.reduction_result(name, idx, element)
         key = ("value", name, element, idx, self.mask)
@@ -383,10 +407,12 @@ def _numel_of(shape) -> int:
     return n
 
 
-def canonical_index(L: Lowerer, shape, red_dims) -> tuple[E.Expr, ...]:
-    """Index of a reduction input at (x, r): x unravels over kept dims, r over reduced ones."""
+def canonical_index(L: Lowerer, shape, red_dims, xi=None) -> tuple[E.Expr, ...]:
+    """Index of a reduction input at (x, r): x unravels over kept dims (unless `xi` gives
+    the kept dims' index), r over reduced ones."""
     kept = [d for d in range(len(shape)) if d not in red_dims]
-    xi = unravel_shape(L, E.Var("x"), [shape[d] for d in kept])
+    if xi is None:
+        xi = unravel_shape(L, E.Var("x"), [shape[d] for d in kept])
     ri = unravel_shape(L, E.Var("r"), [shape[d] for d in red_dims])
     idx = [E.ZERO] * len(shape)
     for d, e in zip(kept, xi):
@@ -411,17 +437,20 @@ def lower_group(graph: Graph, names, kernel_name: str) -> Kernel:
                 from .lowerings import reduction_layout
                 L.canonical = reduction_layout(L, comp)
                 comps.append(_lower_reduce(L, comp, space))
+            elif space.kind == "batch":
+                from .batch import lower_batch
+                comps.append(lower_batch(L, comp, space))
             else:
-                raise Unsupported(f"{space.kind} schedules (GEMMs inside a kernel) are not "
-                                  "generated yet")
+                raise Unsupported(f"no code generator for {space.kind} schedules")
     except Inconsistent as e:
         raise Unsupported(str(e)) from None
     if not L.outputs:
         raise Unsupported("the group produces no value")
     syms = tuple(sorted(L.syms.values(), key=lambda s: (not s.name.startswith("ks"),
                                                        _natural(s.name))))
-    return Kernel(kernel_name, tuple(L.inputs.values()) + tuple(L.outputs), syms,
-                  tuple(comps), L.index_dtype, tuple(sorted(L.bindings.items())))
+    buffers = tuple(L.inputs.values()) + tuple(L.outputs) + tuple(L.scratch)
+    return Kernel(kernel_name, buffers, syms, tuple(comps), L.index_dtype,
+                  tuple(sorted(L.bindings.items())))
 
 
 def _natural(name: str):

@@ -17,7 +17,7 @@ import torch
 
 from ..ir.graph import GETITEM, Ref, TensorLiteral, TensorType, dtype_name
 from ..ir.ops import resolve_overload
-from ..schedule.propagate import SIMPLE_REDUCTIONS, _reduced_dims
+from ..schedule.propagate import FUSIBLE_DOTS, SIMPLE_REDUCTIONS, _reduced_dims
 from . import expr as E
 from .lower import Lowerer, Unsupported, canonical_index, compute_dtype, unravel_shape
 
@@ -481,15 +481,18 @@ def reduction_layout(L: Lowerer, names):
     return None
 
 
-def reduction_loop_bodies(L: Lowerer, name: str, p: int):
+def reduction_loop_bodies(L: Lowerer, name: str, p: int, idx=None):
     """Emit pass `p` of reduction `name` into the current loop; return what it defines:
-    [(key, var, dtype, finish)] where finish(L, var) turns the raw result into the value."""
+    [(key, var, dtype, finish)] where finish(L, var) turns the raw result into the value.
+    `idx` is the input's index at the loop point (default: x over kept dims, r over
+    reduced ones)."""
     node = L.graph[name]
     kind = _KIND.get(node.op)
     if kind is None:
         raise Unsupported(f"%{name}: no code generation rule for the reduction {node.op}")
     shape, dims = _reduced_dims(L.graph, node)
-    idx = canonical_index(L, shape, dims)
+    if idx is None:
+        idx = canonical_index(L, shape, dims)
     src = node.args[0].name
     t = node.type
     out_dtype = (t.elements[0] if not isinstance(t, TensorType) else t).dtype
@@ -545,8 +548,10 @@ def _reduce(L: Lowerer, v: str, kind: str, dtype: str) -> str:
     return var
 
 
-# Ops with a rule above (the planner's quick check; lowering itself has the last word).
+# Ops with a rule above or in codegen/batch.py (the GEMMs of block composition): the
+# planner's quick check; lowering itself has the last word.
 SUPPORTED_OPS = frozenset(
+    FUSIBLE_DOTS |
     set(_UNARY) | set(_BINARY) | set(_COMPARE) | set(_LOGICAL) | set(_PREDICATES) | set(_KIND)
     | {"add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar", "rsub.Scalar",
        "div.Tensor_mode", "where.self", "prims.fma.default", "clamp.default",

@@ -8,6 +8,13 @@ shrinking: rows longer than RBLOCK are never kept on chip whole). Block sizes
 are `tl.constexpr` chosen per launch, sizes and strides are run-time ints, so
 one source serves every shape (MXNet's cache keyed by structure and dtypes).
 
+A batch component (block composition around small GEMMs, `codegen/batch.py`) gives
+one program per batch entry; the program runs the stages in order, each a loop over
+the entry's elements (XBLOCK at a time), with `tl.debug_barrier()` between stages so
+that a stage reads the scratch the earlier ones stored. A dot stage computes its
+operand tiles by index and sums them with `tl.dot` (fp32 accumulation,
+input_precision="ieee": no TF32, so fp32 GEMMs match eager to ~1e-6).
+
 `interpret=True` wraps the same source in Triton's interpreter, which runs it
 on CPU tensors: that is how CI checks this code path. The interpreter lacks
 libdevice and cannot call @triton.jit library functions unless TRITON_INTERPRET
@@ -28,8 +35,8 @@ import torch
 from ..runtime import counters as _stats
 from ..runtime.cache import cache_dir, digest
 from . import expr as E
-from .kernel import (COMPARISONS, Component, Constant, Index, Kernel, Load, Op, Reduce, Store,
-                     identity)
+from .kernel import (COMPARISONS, Component, Constant, Dot, Index, Kernel, Load, Op, Reduce,
+                     Store, identity)
 
 TL_DTYPE = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
             "bf16": "tl.bfloat16", "i64": "tl.int64", "i32": "tl.int32", "i16": "tl.int16",
@@ -85,6 +92,7 @@ class _Printer:
         self.interpret = interpret
         self.dtype: dict[str, str] = {"xmask": "b8", "rmask": "b8"}
         self.lines: list[str] = []
+        self.it = "tl.int64" if kernel.index_dtype == "i64" else "tl.int32"
 
     def emit(self, line: str, depth: int) -> None:
         self.lines.append("    " * depth + line)
@@ -163,25 +171,35 @@ class _Printer:
             raise TypeError(s)
 
     def component(self, c: Component, i: int, depth: int) -> None:
-        xb, rb = f"XBLOCK{i}", f"RBLOCK{i}"
-        it = "tl.int64" if self.k.index_dtype == "i64" else "tl.int32"
         pid = f"(pid - pstart{i})" if len(self.k.components) > 1 else "pid"
         if self.k.index_dtype == "i64":
             pid = f"{pid}.to(tl.int64)"
+        if c.kind == "batch":
+            self.batch(c, i, pid, depth)
+            return
+        xb = f"XBLOCK{i}"
         self.emit(f"xnumel = {self.expr(c.xnumel)}", depth)
         if c.kind == "flat":
             self.emit(f"x = {pid} * {xb} + tl.arange(0, {xb})", depth)
-            self.emit("xmask = x < xnumel", depth)
-            self.emit(f"zx = tl.full([{xb}], 0, {it})", depth)
-            for s in c.body:
-                self.stmt(s, depth, f"[{xb}]", "zx")
+            self.flat_body(c, xb, depth)
             return
         self.emit(f"rnumel = {self.expr(c.rnumel)}", depth)
         self.emit(f"x = ({pid} * {xb} + tl.arange(0, {xb}))[:, None]", depth)
+        self.reduce_body(c, f"{i}", depth)
+
+    def flat_body(self, c: Component, xb: str, depth: int) -> None:
+        self.emit("xmask = x < xnumel", depth)
+        self.emit(f"zx = tl.full([{xb}], 0, {self.it})", depth)
+        for s in c.body:
+            self.stmt(s, depth, f"[{xb}]", "zx")
+
+    def reduce_body(self, c: Component, tag: str, depth: int) -> None:
+        """Loops over r and the per-x epilogue; x ([XBLOCK, 1]) and the sizes are set."""
+        xb, rb = f"XBLOCK{tag}", f"RBLOCK{tag}"
         self.emit("xmask = x < xnumel", depth)
         self.emit(f"rbase = tl.arange(0, {rb})[None, :]", depth)
-        self.emit(f"zx = tl.full([{xb}, 1], 0, {it})", depth)
-        self.emit(f"zxr = tl.full([{xb}, {rb}], 0, {it})", depth)
+        self.emit(f"zx = tl.full([{xb}, 1], 0, {self.it})", depth)
+        self.emit(f"zxr = tl.full([{xb}, {rb}], 0, {self.it})", depth)
         for j, loop in enumerate(c.loops):
             reduces = [s for s in loop.body if isinstance(s, Reduce)]
             self.emit(f"# loop {j} over r", depth)
@@ -190,10 +208,8 @@ class _Printer:
                 ident = f"float('{ident}')" if isinstance(ident, float) else str(ident)
                 self.emit(f"acc_{red.var} = tl.full([{xb}, {rb}], {ident}, "
                           f"{TL_DTYPE[red.dtype]})", depth)
-            # the interpreter cannot take a run-time int as a loop bound (numpy >= 2.3
-            # refuses int() of its 1-element arrays): it gets the bound as a constexpr
-            bound = f"RLOOP{i}" if self.interpret else "rnumel"
-            self.emit(f"for roffset in range(0, {bound}, {rb}):", depth)
+            self.emit(f"for roffset in range(0, {self.bound('R', tag, 'rnumel')}, {rb}):",
+                      depth)
             self.emit("r = roffset + rbase", depth + 1)
             self.emit("rmask = r < rnumel", depth + 1)
             for s in loop.body:
@@ -220,6 +236,104 @@ class _Printer:
         for s in c.body:
             self.stmt(s, depth, f"[{xb}, 1]", "zx")
 
+    def bound(self, dim: str, tag: str, numel: str) -> str:
+        """A loop's upper bound: the interpreter cannot take a run-time int as a loop bound
+        (numpy >= 2.3 refuses int() of its 1-element arrays), so it gets a constexpr."""
+        return f"{dim}LOOP{tag}" if self.interpret else numel
+
+    def batch(self, c: Component, i: int, pid: str, depth: int) -> None:
+        """Block composition: this program is batch entry b; its stages run in order, each
+        looping over the entry's elements, with a barrier before a stage reads the scratch
+        an earlier one stored. Everything a stage defines lives inside its loops."""
+        self.emit(f"b = {pid}", depth)
+        for j, st in enumerate(c.stages):
+            tag = f"{i}_{j}"
+            if j:
+                self.emit("tl.debug_barrier()", depth)
+            self.emit(f"# stage {j}: {st.kind}", depth)
+            self.emit(f"xnumel = {self.expr(st.xnumel)}", depth)
+            if st.kind == "dot":
+                self.dot_stage(st, tag, depth)
+                continue
+            xb = f"XBLOCK{tag}"
+            if st.kind == "reduce":
+                self.emit(f"rnumel = {self.expr(st.rnumel)}", depth)
+            self.emit(f"for xoffset in range(0, {self.bound('X', tag, 'xnumel')}, {xb}):", depth)
+            if st.kind == "flat":
+                self.emit(f"x = xoffset + tl.arange(0, {xb})", depth + 1)
+                self.flat_body(st, xb, depth + 1)
+            else:
+                self.emit(f"x = (xoffset + tl.arange(0, {xb}))[:, None]", depth + 1)
+                self.reduce_body(st, tag, depth + 1)
+
+    def tile(self, loop, name: str, var: str, shape: list[str], depth: int, defs) -> None:
+        """One operand tile of a dot stage: its index variables (`defs`, which define the
+        masks), its statements, and the tile `name` with 0 outside the masks."""
+        for line in defs:
+            self.emit(line, depth)
+        masks = " & ".join(line.split(" = ")[0] for line in defs if "mask" in line)
+        self.emit(f"zt = tl.full([{', '.join(shape)}], 0, {self.it})", depth)
+        for s in loop.body:
+            self.stmt(s, depth, f"[{', '.join(shape)}]", "zt")
+        self.emit(f"{name} = tl.where({masks}, {var}, 0.0)", depth)
+
+    def dot_operands(self, c: Component, dot: Dot) -> tuple[str, str, str]:
+        """The tl.dot operands and precision argument. Operands are fp32 values in the IR;
+        on the GPU, when both are f16 (or both bf16) loads cast up, the loads themselves go
+        to tl.dot (tensor cores; products of halves are exact in the fp32 accumulator, as
+        in cuBLAS). The interpreter keeps fp32 (numpy has no bf16 matmul)."""
+        ieee = ', input_precision="ieee"'
+        if self.interpret:
+            return dot.lhs, dot.rhs, ieee
+        halves = []
+        for loop, var in zip(c.loops, (dot.lhs, dot.rhs)):
+            defs = {s.var: s for s in loop.body if isinstance(s, (Op, Load))}
+            up = defs.get(var)
+            src = defs.get(up.args[0]) if isinstance(up, Op) and up.op == "cast" else None
+            halves.append((src.var, src.dtype) if isinstance(src, Load) and
+                          src.dtype in ("f16", "bf16") else None)
+        if halves[0] and halves[1] and halves[0][1] == halves[1][1]:
+            return halves[0][0], halves[1][0], ""
+        return dot.lhs, dot.rhs, ieee
+
+    def dot_stage(self, c: Component, tag: str, depth: int) -> None:
+        """A GEMM tile per (x, y) block: operand tiles computed by index, masked to 0 outside
+        the sizes (tl.dot needs power-of-two blocks of at least 16), summed over r by
+        tl.dot in fp32 ("ieee": no TF32, so fp32 GEMMs match eager)."""
+        xb, yb, rb = f"XBLOCK{tag}", f"YBLOCK{tag}", f"RBLOCK{tag}"
+        dot, epilogue = c.body[0], c.body[1:]
+        assert isinstance(dot, Dot), dot
+        self.emit(f"ynumel = {self.expr(c.ynumel)}", depth)
+        self.emit(f"rnumel = {self.expr(c.rnumel)}", depth)
+        d = depth
+        if c.znumel != E.ONE:       # the GEMM entries this program runs, in turn
+            self.emit(f"znumel = {self.expr(c.znumel)}", depth)
+            self.emit(f"for z in range(0, {self.bound('Z', tag, 'znumel')}):", d)
+            d += 1
+        self.emit(f"for xoffset in range(0, {self.bound('X', tag, 'xnumel')}, {xb}):", d)
+        d += 1
+        self.emit(f"for yoffset in range(0, {self.bound('Y', tag, 'ynumel')}, {yb}):", d)
+        d += 1
+        acc = f"acc_{dot.var}"
+        self.emit(f"{acc} = tl.full([{xb}, {yb}], 0, tl.float32)", d)
+        self.emit(f"for roffset in range(0, {self.bound('R', tag, 'rnumel')}, {rb}):", d)
+        lhs, rhs, precision = self.dot_operands(c, dot)
+        self.tile(c.loops[0], f"lhs_{dot.var}", lhs, [xb, rb], d + 1,
+                  [f"x = xoffset + tl.arange(0, {xb})[:, None]", "xmask = x < xnumel",
+                   f"r = roffset + tl.arange(0, {rb})[None, :]", "rmask = r < rnumel"])
+        self.tile(c.loops[1], f"rhs_{dot.var}", rhs, [rb, yb], d + 1,
+                  [f"r = roffset + tl.arange(0, {rb})[:, None]", "rmask = r < rnumel",
+                   f"y = yoffset + tl.arange(0, {yb})[None, :]", "ymask = y < ynumel"])
+        self.emit(f"{acc} = tl.dot(lhs_{dot.var}, rhs_{dot.var}, {acc}{precision})", d + 1)
+        self.emit(f"x = xoffset + tl.arange(0, {xb})[:, None]", d)
+        self.emit("xmask = x < xnumel", d)
+        self.emit(f"y = yoffset + tl.arange(0, {yb})[None, :]", d)
+        self.emit("ymask = y < ynumel", d)
+        self.emit(f"zxy = tl.full([{xb}, {yb}], 0, {self.it})", d)
+        self.emit(f"{dot.var} = {acc}", d)
+        for s in epilogue:
+            self.stmt(s, d, f"[{xb}, {yb}]", "zxy")
+
     def source(self, name: str) -> str:
         k = self.k
         params = [b.name for b in k.buffers] + [s.name for s in k.syms]
@@ -227,11 +341,7 @@ class _Printer:
         if n > 1:
             params += [f"pstart{i}" for i in range(n)]
         for i, c in enumerate(k.components):
-            params.append(f"XBLOCK{i}: tl.constexpr")
-            if c.kind == "reduce":
-                params.append(f"RBLOCK{i}: tl.constexpr")
-                if self.interpret:
-                    params.append(f"RLOOP{i}: tl.constexpr")
+            params += [f"{p}: tl.constexpr" for p in _constexprs(c, f"{i}", self.interpret)]
         self.lines = []
         self.emit(f"def {name}({', '.join(params)}):", 0)
         self.emit("pid = tl.program_id(0)", 1)
@@ -288,6 +398,57 @@ def _load(name: str, source: str, interpret: bool):
     return fn
 
 
+# Block shapes of the template: one per loop dimension (X, R; Y in dot stages), and in
+# the interpreter the loop bounds too (see `_Printer.bound`).
+_DIMS = {"flat": "X", "reduce": "XR", "dot": "XYR"}
+
+
+def _constexprs(c: Component, tag: str, interpret: bool, top: bool = True) -> list[str]:
+    """The constexpr parameters of a component (a batch component's: its stages')."""
+    if c.kind == "batch":
+        return [p for j, st in enumerate(c.stages)
+                for p in _constexprs(st, f"{tag}_{j}", interpret, top=False)]
+    dims = _DIMS[c.kind]
+    names = [f"{d}BLOCK{tag}" for d in dims]
+    if interpret:   # a top-level component's x is the grid, a stage's is a loop
+        names += [f"{d}LOOP{tag}" for d in (dims[1:] if top else dims)]
+        if c.znumel != E.ONE:
+            names.append(f"ZLOOP{tag}")
+    return names
+
+
+def _meta(c: Component, tag: str, env: dict, interpret: bool, top: bool = True) -> dict:
+    """Values of `_constexprs` for one launch."""
+    if c.kind == "batch":
+        out = {}
+        for j, st in enumerate(c.stages):
+            out.update(_meta(st, f"{tag}_{j}", env, interpret, top=False))
+        return out
+    n = {"X": _eval(c.xnumel, env), "R": _eval(c.rnumel, env), "Y": _eval(c.ynumel, env)}
+    if c.kind == "dot":
+        block = {d: dot_block(n[d], d, interpret) for d in "XYR"}
+    else:
+        xb, rb = block_sizes(c, n["X"], n["R"], interpret)
+        block = {"X": xb, "R": rb}
+    dims = _DIMS[c.kind]
+    out = {f"{d}BLOCK{tag}": block[d] for d in dims}
+    if interpret:
+        out.update({f"{d}LOOP{tag}": n[d] for d in (dims[1:] if top else dims)})
+        if c.znumel != E.ONE:
+            out[f"ZLOOP{tag}"] = _eval(c.znumel, env)
+    return out
+
+
+def dot_block(numel: int, dim: str, interpret: bool) -> int:
+    """A dot stage's block along m (X), n (Y) or k (R): a power of two, at least 16 (tl.dot's
+    smallest tile); on the GPU at most 64 x 64 outputs and 32-deep k slices per step (small
+    GEMMs: the whole tile at once), in the interpreter the whole extent."""
+    b = max(16, _pow2(numel))
+    if interpret:
+        return b
+    return min(b, 32 if dim == "R" else 64)
+
+
 def _pow2(n: int) -> int:
     return 1 << max(0, (max(n, 1) - 1).bit_length())
 
@@ -320,16 +481,12 @@ class TritonKernel:
         env = dict(zip(self.sym_names, syms))
         starts, total, meta = [], 0, {}
         for i, c in enumerate(self.kernel.components):
+            m = _meta(c, f"{i}", env, self.interpret)
+            meta.update(m)
             xn = _eval(c.xnumel, env)
-            rn = _eval(c.rnumel, env)
-            xb, rb = block_sizes(c, xn, rn, self.interpret)
-            meta[f"XBLOCK{i}"] = xb
-            if c.kind == "reduce":
-                meta[f"RBLOCK{i}"] = rb
-                if self.interpret:
-                    meta[f"RLOOP{i}"] = rn
             starts.append(total)
-            total += -(-xn // xb)
+            # one program per XBLOCK x (a batch component: one per batch entry)
+            total += xn if c.kind == "batch" else -(-xn // m[f"XBLOCK{i}"])
         if total == 0:
             return
         extra = starts if len(starts) > 1 else []

@@ -39,7 +39,7 @@ def make_plan(graph: Graph, strategy: str, target: str) -> FusionPlan:
     plan = planner(graph, target)
     if target in CODEGEN_TARGETS:
         from .codegen_legal import legalize
-        plan = legalize(plan)
+        plan = legalize(plan, target)
     plan.validate()
     return plan
 

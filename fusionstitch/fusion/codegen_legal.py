@@ -1,7 +1,8 @@
 """Code-generation legality: the last planning stage for targets that generate kernels.
 
 A kernel group that the target's code generator cannot lower (an op without a
-rule, a reduction read at another row, GEMMs inside a kernel) is split into
+rule, a reduction read at another row, GEMMs inside a kernel on a target whose
+printer has no GEMM stages, see `legality.GEMM_FUSING_TARGETS`) is split into
 its ops, and an op that cannot be generated alone runs through torch as a
 library call. The plan that explain() reports is the plan that runs, so the
 counts stay honest: every kernel group of the result lowers to one kernel.
@@ -12,12 +13,24 @@ from __future__ import annotations
 import logging
 
 from ..codegen.lower import Unsupported, lower_cached
+from ..schedule.propagate import FUSIBLE_DOTS
+from .legality import gemms_fusible
 from .plan import KERNEL, LIBRARY, FusionPlan, Group, node_kind
 
 log = logging.getLogger("fusionstitch.codegen")
 
 
-def legalize(plan: FusionPlan) -> FusionPlan:
+def _lower(graph, nodes, target: str) -> None:
+    """lower_cached, and on targets without GEMM stages no GEMM inside a kernel."""
+    if not gemms_fusible(target):
+        dot = next((n for n in nodes if graph[n].op in FUSIBLE_DOTS), None)
+        if dot is not None:
+            raise Unsupported(f"%{dot} ({graph[dot].op}): the {target} code generator has no "
+                              "GEMM stages (block composition); GEMMs are library calls there")
+    lower_cached(graph, nodes)
+
+
+def legalize(plan: FusionPlan, target: str) -> FusionPlan:
     graph = plan.graph
     out: list[Group] = []
     changed = False
@@ -30,7 +43,7 @@ def legalize(plan: FusionPlan) -> FusionPlan:
             add(g.nodes, g.kind, g.composition)
             continue
         try:
-            lower_cached(graph, g.nodes)   # group nodes are in graph order, as everywhere
+            _lower(graph, g.nodes, target)   # group nodes are in graph order, as everywhere
             add(g.nodes, g.kind, g.composition)
             continue
         except Unsupported as e:
@@ -42,7 +55,7 @@ def legalize(plan: FusionPlan) -> FusionPlan:
             kind = node_kind(graph[n])
             if kind == KERNEL and len(g.nodes) > 1:
                 try:
-                    lower_cached(graph, (n,))
+                    _lower(graph, (n,), target)
                 except Unsupported as e:
                     reason = str(e)
                     kind = LIBRARY

@@ -26,10 +26,11 @@ SCATTER_OPS = frozenset({
 # (the 2019 paper's "large gemm" partition ops).
 MAX_FUSED_GEMM_DIM = 64
 
-# Targets whose code generator emits GEMMs inside fused kernels (tl.dot / a C++ tile loop).
-# None does yet: until one does, GEMMs stay library calls for every target, so that the
-# plan the planner picks is the plan that runs.
-GEMM_FUSING_TARGETS: frozenset[str] = frozenset()
+# Targets whose code generator emits GEMMs inside fused kernels: the Triton printer's dot
+# stages (codegen/batch.py, tl.dot), on the GPU and in Triton's interpreter. The C++
+# printer has none, so on `cpu` GEMMs stay library calls and the plan the planner picks
+# is the plan that runs.
+GEMM_FUSING_TARGETS: frozenset[str] = frozenset({"cuda", "interpret"})
 
 
 def gemms_fusible(target: str) -> bool:

@@ -105,7 +105,7 @@ class Legality:
         if missing is not None:
             return Decision.forbid(f"the code generator has no rule for "
                                    f"{graph[missing].op} (%{missing})")
-        if not any(graph[n].op in SIMPLE_REDUCTIONS or
+        if not any(graph[n].op in SIMPLE_REDUCTIONS or graph[n].op in FUSIBLE_DOTS or
                    (self.max_recompute and graph[n].op in _BRANCHING) for n in key):
             return Decision.allow()   # pointwise groups with known ops lower, no recompute
         try:

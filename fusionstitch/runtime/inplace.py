@@ -27,7 +27,7 @@ import logging
 import torch
 
 from ..codegen import expr as E
-from ..codegen.kernel import Kernel, Load, Store
+from ..codegen.kernel import Kernel, Load, Store, bodies
 from ..fusion.plan import FusionPlan
 from ..ir.graph import Ref
 from ..ir.ops import lookup
@@ -167,8 +167,7 @@ def kernel_hazard(kernel: Kernel, param: str, out_buf) -> str | None:
     sizes = {how[s.name][1]: s for s in kernel.syms if how[s.name][0] == "const"}
     stores = []
     for c, comp in enumerate(kernel.components):
-        bodies = [loop.body for loop in comp.loops] + [comp.body]
-        for b, body in enumerate(bodies):
+        for b, body in enumerate(bodies(comp)):
             for k, s in enumerate(body):
                 if isinstance(s, Store) and s.buffer == out_buf.name:
                     stores.append((c, b, k, s.index))
@@ -176,8 +175,7 @@ def kernel_hazard(kernel: Kernel, param: str, out_buf) -> str | None:
         return f"the new value is stored {len(stores)} times"
     sc, sb, sk, sindex = stores[0]
     for c, comp in enumerate(kernel.components):
-        bodies = [loop.body for loop in comp.loops] + [comp.body]
-        for b, body in enumerate(bodies):
+        for b, body in enumerate(bodies(comp)):   # a batch component's stages included
             for k, s in enumerate(body):
                 if not (isinstance(s, Load) and s.buffer in ins):
                     continue

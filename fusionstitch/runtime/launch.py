@@ -32,6 +32,8 @@ class KernelStep:
         self.torch_dtype = [DTYPES[o[3]] for o in self.outputs]
         # output position -> slot of the input it may be stored into (runtime/inplace.py)
         self.into: dict[int, int] = {}
+        # block composition's per-program intermediates (batch components), per launch
+        self.scratch = [(b.shape, DTYPES[b.dtype]) for b in kernel.scratch]
 
     def __call__(self, values: list) -> None:
         ins = []
@@ -42,7 +44,8 @@ class KernelStep:
         outs = [torch.empty(shape, dtype=dt, device=self.device)
                 for (_, _, shape, _), dt in zip(self.outputs, self.torch_dtype)] \
             if not self.into else self._outputs_into(values, ins)
-        self.run(ins + outs, syms)
+        scratch = [torch.empty(shape, dtype=dt, device=self.device) for shape, dt in self.scratch]
+        self.run(ins + outs + scratch, syms)
         self._place(values, outs)
 
     def _outputs_into(self, values: list, ins: list) -> list[torch.Tensor]:

@@ -12,8 +12,9 @@ space the code generators need, as a `Space`:
                      leading dims (bias gradients, batch statistics)
             "general" blocks = B kept indices, R reduced elements gathered with strides
                      (reductions over middle dims, e.g. batch-norm statistics)
-            "batch"  blocks = B batch entries of small (batched) GEMMs; a block holds
-                     its tile and everything computed from it on chip (block composition)
+            "batch"  blocks = B programs over the batch entries of small (batched) GEMMs;
+                     a program holds its entries' tiles and everything computed from them
+                     on chip (block composition); layout = (GEMM batch entries,)
     blocks  B, row  R
 
 Propagation: every reduction in the group fixes (kind, B, R) and they must
@@ -125,11 +126,6 @@ def dot_dims(graph: Graph, node: Node) -> tuple[int, int, int, int]:
 BLOCK_ELEMENTS_MAX = 16384
 
 
-def batch_space(graph: Graph, node: Node) -> Space:
-    batch = dot_dims(graph, node)[0]
-    return Space("batch", batch, BLOCK_ELEMENTS_MAX, batch * BLOCK_ELEMENTS_MAX)
-
-
 def _fits(numel: int, space: Space) -> bool:
     if numel in (space.numel, space.blocks, 1, 0):
         return True
@@ -138,26 +134,58 @@ def _fits(numel: int, space: Space) -> bool:
     return False
 
 
-def _batch_component(graph: Graph, names: list[str], dots: list[str]) -> Space:
-    """Block composition around small GEMMs: every op works per batch entry, on chip."""
+def _split(shape, parts: int) -> bool:
+    """Do the leading dims of `shape` hold exactly `parts` entries (a prefix product)?"""
+    prod = 1
+    for d in (*shape, None):
+        if prod == parts:
+            return True
+        if d is None or prod > parts:
+            return False
+        prod *= d
+    return False
+
+
+def batch_programs(batch: int, kept_shapes) -> int:
+    """Programs of a block composition over `batch` GEMM entries: the most (a divisor of
+    `batch`) for which every reduction stays inside one program, i.e. each kept shape starts
+    with the programs' entries. A softmax over the heads of [batch * heads] scores takes
+    whole batches per program (the 2019 paper's layout constraint: a block reads back only
+    what it computed itself)."""
+    for count in range(batch, 0, -1):
+        if batch % count == 0 and all(_split(k, count) for k in kept_shapes):
+            return count
+    return 1
+
+
+def _batch_component(graph: Graph, names: list[str], dots: list[str], escaping) -> Space:
+    """Block composition around small GEMMs: one program per batch entry (or per group of
+    entries, see `batch_programs`), every op of an entry on chip (BLOCK_ELEMENTS_MAX)."""
     batches = {dot_dims(graph, graph[d])[0] for d in dots}
     if len(batches) > 1:
         raise Inconsistent(f"GEMMs with different batch counts {sorted(batches)} in one block "
                            "composition")
-    space = batch_space(graph, graph[dots[0]])
+    (batch,) = batches
+    kept = []
     for name in names:
         node = graph[name]
         if node.op in SIMPLE_REDUCTIONS:
-            r = reduction_space(graph, node)
-            if r.blocks % space.blocks or r.numel // space.blocks > space.row:
-                raise Inconsistent(f"%{name} ({node.op}) reduces across batch entries of "
-                                   f"the {space} block composition")
-            continue
+            shape, dims = _reduced_dims(graph, node)
+            kept.append([shape[d] for d in range(len(shape)) if d not in dims])
+    programs = batch_programs(batch, kept)
+    space = Space("batch", programs, BLOCK_ELEMENTS_MAX, programs * BLOCK_ELEMENTS_MAX,
+                  (batch,))
+    for name in names:
+        node = graph[name]
         if lookup(node.op).category == Category.TUPLE:
             continue
-        if not _fits(_numel(node.type), space):
-            raise Inconsistent(f"%{name} ({node.op}) with {_numel(node.type)} elements does "
-                               f"not fit one block per batch entry of {space}")
+        n = _numel(node.type)
+        if n > space.numel:
+            raise Inconsistent(f"%{name} ({node.op}) with {n} elements does not fit on chip in "
+                               f"{programs} programs of {space}")
+        if (name in escaping or node.op in SIMPLE_REDUCTIONS) and not _fits(n, space):
+            raise Inconsistent(f"%{name} ({node.op}) with {n} elements does not split into the "
+                               f"{programs} programs of {space}")
     return space
 
 
@@ -171,7 +199,7 @@ def component_space(graph: Graph, names: list[str], escaping: set[str] | None = 
     escaping = set(names) if escaping is None else escaping
     dots = [n for n in names if graph[n].op in FUSIBLE_DOTS]
     if dots:
-        return _batch_component(graph, names, dots)
+        return _batch_component(graph, names, dots, escaping)
     space: Space | None = None
     for name in names:
         node = graph[name]

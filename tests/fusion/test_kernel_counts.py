@@ -59,10 +59,10 @@ def test_planning_targets_small():
     for n, r in rows.items():
         assert r["stitch"][0] <= r["xla"][0], f"{n}: stitch plans more kernels than xla"
     ratio = geomean([r["stitch"][0] / max(r["xla"][0], 1) for r in rows.values()])
-    # Plans are what the code generators can lower (fusion/codegen_legal.py). Small GEMMs
-    # inside kernels (block composition with tl.dot) are not generated yet, and they were
-    # what took this ratio to 0.34; issue 3's 0.5 target waits on them (was <= 0.5).
-    assert ratio <= 0.7, f"geomean stitch/xla kernels {ratio:.3f} > 0.7"
+    # Plans are what the code generators can lower (fusion/codegen_legal.py); for target
+    # cuda that includes small GEMMs inside kernels (block composition, codegen/batch.py).
+    # Issue 3's target is 0.5; 0.314 is achieved (0.68 while GEMMs were library calls).
+    assert ratio <= 0.32, f"geomean stitch/xla kernels {ratio:.3f} > 0.32"
 
 
 @pytest.mark.parametrize("strategy", ["xla", "stitch"])
