@@ -53,12 +53,10 @@ def demo(workload_names: list[str], size: str, against: list[str], out_dir: str)
         rows.append((name, reports, timed["variants"]))
     _print_demo_table(rows, against)
     index_path = os.path.join(out_dir, "index.html")
-    with open(index_path, "w") as f:
-        f.write("<!doctype html><meta charset=utf-8><title>fusionstitch demo</title>"
-                "<body style='font-family:sans-serif;margin:2em'><h1>fusionstitch demo</h1>"
-                "<p>One report per workload: the fused graph, groups, costs and fusion "
-                "boundaries.</p><ul>" + "".join(f"<li><a href='{h}'>{n}</a></li>"
-                                                for n, h in links) + "</ul>")
+    setting = (f"fusionstitch {fusionstitch.__version__}, torch {torch.__version__}, "
+               f"size={size}, target={target}, {torch.get_num_threads()} threads")
+    with open(index_path, "w", encoding="utf-8") as f:
+        f.write(_demo_index_html(rows, against, dict(links), setting))
     print(f"\nHTML report: {os.path.abspath(index_path)}")
     bad = [n for n, _, v in rows if not _matches(v.get("fusionstitch", {}), v.get("eager", {}))]
     if bad:
@@ -70,6 +68,49 @@ def _matches(entry: dict, eager: dict) -> bool:
     """Within 1e-4 of eager, or no further from float64 than eager itself is."""
     from bench.run import matches_eager
     return "error" not in entry and matches_eager(entry, eager)
+
+
+def _demo_index_html(rows, against, links: dict[str, str], setting: str) -> str:
+    """The demo's index page: the printed table, each workload linked to its report."""
+    from html import escape
+
+    from fusionstitch.report.html import html_page
+
+    def ms(entry):
+        return f"{entry['median_s'] * 1e3:.2f}" if "median_s" in entry else "—"
+    ind = "inductor" in against
+    sub = (["none", "xla", "stitch"] + ["Inductor"] * ind + ["xla", "stitch", "eager"]
+           + ["Inductor"] * ind + ["fusionstitch"])
+    out = ['<div class="scroll"><table class="summary"><thead><tr>'
+           '<th rowspan="2">workload</th><th rowspan="2">IR ops</th>'
+           f'<th colspan="{3 + ind}">kernels per step</th><th colspan="2">modelled MB</th>'
+           f'<th colspan="{2 + ind}">median step ms</th><th rowspan="2">max rel err<br>'
+           'vs eager</th></tr><tr>' + "".join(f"<th>{h}</th>" for h in sub)
+           + "</tr></thead><tbody>"]
+    for name, reports, v in rows:
+        fs, err = v.get("fusionstitch", {}), v.get("fusionstitch", {}).get("max_rel_err")
+        cells = [reports["none"].num_ops, reports["none"].num_kernels,
+                 reports["xla"].num_kernels, reports["stitch"].num_kernels]
+        cells += [v.get("inductor", {}).get("kernels", "—")] * ind
+        cells += [f"{reports['xla'].bytes_moved / 1e6:.2f}",
+                  f"{reports['stitch'].bytes_moved / 1e6:.2f}", ms(v.get("eager", {}))]
+        cells += [ms(v.get("inductor", {}))] * ind
+        cells += [ms(fs), "—" if err is None else f"{err:.1e}"]
+        out.append(f'<tr><td><a href="{escape(links[name])}">{escape(name)}</a></td>'
+                   + "".join(f'<td class="num">{escape(str(c))}</td>' for c in cells)
+                   + "</tr>")
+    out.append("</tbody></table></div>")
+    return html_page("fusionstitch demo", [
+        "<h1>fusionstitch demo</h1>", f'<p class="lede">{escape(setting)}</p>', *out,
+        f'<p class="note">{escape(TABLE_NOTE)} Each workload links to its report: the '
+        "fused graph as a picture, the groups with their modelled cost, the generated "
+        "source of every kernel and the reason for every fusion boundary.</p>"])
+
+
+TABLE_NOTE = ("ops: IR ops (forward + backward); kernels: per step, planned by none / xla / "
+              "stitch (Inductor: the kernels it generated); MB: modelled traffic; ms: median "
+              "step time. fusionstitch runs generated kernels (C++ on cpu, Triton on GPUs); "
+              "GEMMs and convolutions are library calls.")
 
 
 def _print_demo_table(rows, against) -> None:

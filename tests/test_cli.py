@@ -15,4 +15,10 @@ def test_demo_small_prints_table_and_writes_report(capsys, tmp_path):
     for name in ("mlp", "softmax_chain"):
         assert (out / name / "report.html").exists()
         assert any(f.endswith(".svg") for f in os.listdir(out / name))
-    assert "softmax_chain/report.html" in (out / "index.html").read_text()
+    index = (out / "index.html").read_text()
+    assert 'href="softmax_chain/report.html"' in index and "<table" in index
+    assert "kernels per step" in index and "median step ms" in index
+    # each report holds its kernels' sources, and the files are beside it
+    page = (out / "mlp" / "report.html").read_text()
+    assert "void fs_kernel(" in page or "def fs_" in page
+    assert os.listdir(out / "mlp" / "kernels")

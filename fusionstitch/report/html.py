@@ -334,6 +334,8 @@ table{border-collapse:collapse;font-size:.88rem;width:100%}
 th,td{padding:.3rem .55rem;border-bottom:1px solid var(--line);text-align:left;
 vertical-align:top}
 th{background:var(--bg2);font-weight:600;white-space:nowrap}
+th[colspan]{text-align:center;border-bottom:1px solid var(--line)}
+thead tr+tr th{text-align:right}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.total td{font-weight:600;border-top:2px solid var(--line)}
 tr.free td{color:var(--muted)}
