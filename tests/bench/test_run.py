@@ -138,3 +138,32 @@ def test_with_inductor(tmp_path):
     assert sp["fusionstitch_vs_inductor"] == pytest.approx(
         sp["fusionstitch_vs_eager"] / sp["inductor_vs_eager"])
     assert "geomean_speedup_inductor_vs_eager" in data["summary"]
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_bench_workload_fresh_caches_and_sink(monkeypatch, fresh):
+    """Inductor and fusionstitch compile in fresh cache folders unless told otherwise (the
+    demo); `sink` collects the graphs the fusionstitch variant compiled."""
+    import contextlib
+
+    import torch._inductor.utils as inductor_utils
+    entered = []
+
+    def recorder(what):
+        @contextlib.contextmanager
+        def fresh_cache():
+            entered.append(what)
+            yield
+        return fresh_cache
+    monkeypatch.setattr(inductor_utils, "fresh_cache", recorder("inductor"))
+    monkeypatch.setattr(R, "_fresh_fusionstitch_cache", recorder("fusionstitch"))
+    real = R._compile
+    monkeypatch.setattr(R, "_compile", lambda v, fn, t, sink=None:
+                        fn if v == "inductor" else real(v, fn, t, sink))   # no real compile
+    sink = []
+    row = R.bench_workload("softmax_chain", "small", "cpu", ["eager", "inductor", "fusionstitch"],
+                           fresh_caches=fresh, sink=sink, measure_warm_start=fresh, **FAST)
+    assert entered == (["inductor", "fusionstitch"] if fresh else [])
+    fs = row["variants"]["fusionstitch"]
+    assert "error" not in fs and ("warm_start_s" in fs) == fresh
+    assert [cg.kind for cg in sink] == ["inference"] and sink[0].specialisations
