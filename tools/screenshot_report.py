@@ -1,11 +1,13 @@
 """Render a fusionstitch HTML report to PNG with headless Chromium (a look in a real browser).
 
     python tools/screenshot_report.py fusionstitch_demo/mlp/report.html out.png
-        [--width 1280] [--height 2200] [--anchor g-forward_0-kernels] [--open 1]
+        [--width 1280] [--height 2200] [--anchor kernels] [--open 1]
 
 `--anchor ID` starts the picture at an element id (a graph `g-<graph>`, its `-groups`,
-`-kernels` or `-boundaries` heading, a kernel `g-<graph>-k<group>`): everything before
-it is removed, because headless Chromium's --screenshot paints a scrolled page blank.
+`-kernels` or `-boundaries` heading, a kernel `g-<graph>-k<group>`), or at the first
+element whose id ends in `-ID` (`--anchor kernels`: the first graph's kernels):
+everything before it is removed, because headless Chromium's --screenshot paints a
+scrolled page blank.
 `--open N` opens the first N kernel sources (<details class="src">) so that the
 picture shows code. The page is copied beside itself with those changes (relative
 links keep working) and removed afterwards.
@@ -37,7 +39,8 @@ def find_chromium() -> str | None:
 
 # Removes every element before the anchor (its earlier siblings, then theirs up the tree),
 # then opens the first N kernel sources left.
-_SCRIPT = ("<script>(function(){{var a={anchor},n={open},e=a&&document.getElementById(a);"
+_SCRIPT = ("<script>(function(){{var a={anchor},n={open},e=a&&(document.getElementById(a)"
+           "||document.querySelector('[id$=\"-'+a+'\"]'));"
            "while(e&&e.tagName!=='BODY'){{while(e.previousElementSibling)"
            "e.previousElementSibling.remove();e=e.parentElement;}}"
            "var d=document.querySelectorAll('details.src');"

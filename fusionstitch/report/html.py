@@ -1,15 +1,17 @@
 """One self-contained HTML page for an explain() Report, and the explain folder.
 
-The page has no external assets (inline CSS, inline SVG, one line of inline JS):
+The page has no external assets (inline CSS, inline SVG, onclick attributes for the
+picture's zoom and for opening a kernel's source from the group table):
 a summary table, then per graph the picture of the plan, its groups with their
 modelled cost and IR text, the generated source of every kernel for the report's
 target (C++ for `cpu`, Triton for `cuda` / `interpret`; report/source.py prints it
 without compiling), and the fusion boundaries with the planner's reason.
 
-A kernel's source is shown whole up to SOURCE_CAP_LINES lines / SOURCE_CAP_CHARS
-characters, cut after that with a note; write_report_dir() (`fusionstitch explain
---out DIR`, `make demo`) also writes every kernel whole to DIR/kernels/<graph>/kNNN.*,
-and the page links each kernel to its file.
+A kernel's source is shown with runs of more than FOLD_RUN similar lines folded, whole
+up to SOURCE_CAP_LINES lines / SOURCE_CAP_CHARS characters, cut after that with a note
+(adam's packed optimizer step is 3,700 lines); write_report_dir() (`fusionstitch
+explain --out DIR`, `make demo`) also writes every kernel whole to
+DIR/kernels/<graph>/kNNN.cpp|py, and the page links each kernel to its file.
 """
 from __future__ import annotations
 
@@ -397,8 +399,8 @@ def report_html(report: Report, *, title: str = "fusionstitch plan", boundaries=
             f"{report.num_library_calls} library calls · {report.bytes_moved / 1e6:.3f} MB "
             f"moved · planned in {report.planning_seconds * 1e3:.1f} ms")
     out = [f"<h1>{escape(title)}</h1>", f'<p class="lede">{head}</p>',
-           f'<p class="note">Modelled bytes and times come from the cost model of target '
-           f'{escape(report.target)}: {escape(device_spec(report.target).name)}. '
+           f'<p class="note">Modelled bytes and times come from the cost model '
+           f'{escape(device_spec(report.target).name)}. '
            f'Each graph lists its groups (ops as IR text), then the source generated for '
            f'each kernel: shown up to {SOURCE_CAP_LINES} lines, whole in the kernels/ '
            f'folder beside this page.</p>',
