@@ -253,14 +253,15 @@ def _error(e: Exception) -> dict:
 
 def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, min_time: float,
                    index: str = "", fresh_caches: bool = True, sink: list | None = None,
-                   measure_warm_start: bool = True) -> dict:
+                   measure_warm_start: bool = True, warmup: int = 3) -> dict:
     """All variants of one workload: compiled one after the other (eager first: it is
     the reference), then timed side by side (:func:`bench.timing.time_interleaved`).
 
     ``fresh_caches``: Inductor and fusionstitch compile into fresh cache folders (cold
     compiles); ``False`` lets them use their persistent caches, as the demo does, so that
     a second demo is warm for both compilers. ``sink``: see :func:`prepare_variant`.
-    ``measure_warm_start``: time a second fusionstitch compile (``warm_start_s``)."""
+    ``measure_warm_start``: time a second fusionstitch compile (``warm_start_s``).
+    ``warmup``: untimed rounds before the timed ones."""
     import torch
     from torch._inductor.utils import fresh_cache
 
@@ -287,8 +288,8 @@ def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, 
                 entries[variant] = _error(e)
             _progress(index, name, variant, entries[variant])
         try:
-            timed = time_interleaved(runs, repeat=repeat, min_time=min_time,
-                                     device=_device(target))
+            timed = time_interleaved(runs, warmup=warmup, repeat=repeat,
+                                     min_time=min_time, device=_device(target))
             for variant, t in timed.items():
                 entries[variant].update(t)
         except Exception as e:

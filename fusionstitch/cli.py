@@ -13,8 +13,12 @@ import os
 import sys
 
 # Quick to trace and to compile with Inductor, so that the demo stays under 3 minutes cold
+# (and 30 s warm: README, "Demo run time")
 DEMO_WORKLOADS = ("mlp", "layernorm_softmax_gelu", "transformer_encoder", "capsule_routing",
                   "adam", "softmax_chain")
+# Timed runs per variant add up to at least this many seconds (and 5 rounds): about 25
+# rounds of a 10 ms step, enough for a median; `fusionstitch bench` times for longer.
+DEMO_MIN_TIME = 0.2
 
 
 def _bench_module():
@@ -46,10 +50,11 @@ def demo(workload_names: list[str], size: str, against: list[str], out_dir: str)
         # sink), so tracing happens once. Inductor and fusionstitch use their persistent
         # caches: the demo compares step times, and a second demo is warm for both (it
         # does not time a second, warm-start compile either; `fusionstitch bench` does).
+        # One warm-up round is enough: every variant has run its first (compiling) step.
         sink: list = []
         timed = bench_workload(name, size, target, ["eager", *against, "fusionstitch"],
-                               repeat=5, min_time=0.3, index=index, fresh_caches=False,
-                               sink=sink, measure_warm_start=False)
+                               repeat=5, min_time=DEMO_MIN_TIME, warmup=1, index=index,
+                               fresh_caches=False, sink=sink, measure_warm_start=False)
         print(f"[{index}] {name}: planning none / xla, writing the report", file=sys.stderr,
               flush=True)
         stitch = sink_report(sink, "stitch", target)

@@ -143,7 +143,8 @@ def test_with_inductor(tmp_path):
 @pytest.mark.parametrize("fresh", [True, False])
 def test_bench_workload_fresh_caches_and_sink(monkeypatch, fresh):
     """Inductor and fusionstitch compile in fresh cache folders unless told otherwise (the
-    demo); `sink` collects the graphs the fusionstitch variant compiled."""
+    demo); `sink` collects the graphs the fusionstitch variant compiled; `warmup` reaches
+    the timing."""
     import contextlib
 
     import torch._inductor.utils as inductor_utils
@@ -160,10 +161,15 @@ def test_bench_workload_fresh_caches_and_sink(monkeypatch, fresh):
     real = R._compile
     monkeypatch.setattr(R, "_compile", lambda v, fn, t, sink=None:
                         fn if v == "inductor" else real(v, fn, t, sink))   # no real compile
+    warmups = []
+    real_timing = R.time_interleaved
+    monkeypatch.setattr(R, "time_interleaved", lambda runs, **kw: (
+        warmups.append(kw["warmup"]), real_timing(runs, **kw))[1])
     sink = []
     row = R.bench_workload("softmax_chain", "small", "cpu", ["eager", "inductor", "fusionstitch"],
-                           fresh_caches=fresh, sink=sink, measure_warm_start=fresh, **FAST)
-    assert entered == (["inductor", "fusionstitch"] if fresh else [])
+                           fresh_caches=fresh, sink=sink, measure_warm_start=fresh, warmup=1,
+                           **FAST)
+    assert entered == (["inductor", "fusionstitch"] if fresh else []) and warmups == [1]
     fs = row["variants"]["fusionstitch"]
     assert "error" not in fs and ("warm_start_s" in fs) == fresh
     assert [cg.kind for cg in sink] == ["inference"] and sink[0].specialisations
