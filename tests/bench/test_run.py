@@ -120,6 +120,12 @@ def test_max_rel_err():
     assert R.max_rel_err([a + 0.04], [a]) == pytest.approx(0.01)
     assert R.max_rel_err([torch.tensor([float("nan")])], [torch.tensor([1.0])]) == math.inf
     assert R.max_rel_err([a[:2]], [a]) == math.inf
+    # infinities: where the reference has them the result must match them exactly
+    inf = float("inf")
+    r = torch.tensor([inf, 2.0, 4.0])
+    assert R.max_rel_err([torch.tensor([inf, 2.0, 4.04])], [r]) == pytest.approx(0.01)
+    assert R.max_rel_err([a], [r]) == math.inf
+    assert R.max_rel_err([torch.tensor([1.0, inf, 4.0])], [a]) == math.inf
 
 
 @pytest.mark.slow
