@@ -9,10 +9,10 @@ instance (optimizer state and in-place updates do not leak between variants):
 
 * ``first_call_s``: the first step, cold (Dynamo, AOTAutograd, the backend's compile
   of forward and backward, one step); Inductor and fusionstitch compile into fresh
-  cache folders;
+  cache folders (``fusionstitch demo`` lets them use their persistent caches instead);
 * ``warm_start_s`` (fusionstitch): the first step of a new compile after the cold one,
   with the in-memory caches cleared: kernels come from the disk cache, as in a new
-  process (less Python's imports);
+  process (less Python's imports; not measured by the demo);
 * the step time: median, p10, p90 over the timed runs, after warm-up;
 * kernels: fusionstitch's ``stats()`` delta over one step (kernels launched, library
   calls); Inductor's ``torch._inductor.metrics.generated_kernel_count`` over its
@@ -98,6 +98,12 @@ def max_rel_err(got: list, ref: list) -> float:
         if not r.numel():
             continue
         g, r = g.detach().double().cpu(), r.detach().double().cpu()
+        if bool(r.isfinite().all()):  # the usual case: no masks, no gathered copies
+            if not bool(g.isfinite().all()):
+                return math.inf
+            diff, scale = (g - r).abs().max().item(), r.abs().max().item()
+            worst = max(worst, diff / max(scale, 1e-12))
+            continue
         same = (g == r) | (g.isnan() & r.isnan()) | (g.isfinite() & r.isfinite())
         if not bool(same.all()):
             return math.inf  # NaN or inf where the reference has none (or vice versa)
@@ -155,7 +161,7 @@ def inductor_error() -> str | None:
 
 
 # --- One variant of one workload -----------------------------------------------------
-def _compile(variant: str, fn, target: str):
+def _compile(variant: str, fn, target: str, sink: list | None = None):
     import torch
 
     import fusionstitch
@@ -163,16 +169,18 @@ def _compile(variant: str, fn, target: str):
         return fn
     if variant == "inductor":
         return torch.compile(fn)
-    return torch.compile(fn, backend=fusionstitch.backend(strategy="stitch", target=target))
+    return torch.compile(fn, backend=fusionstitch.backend(strategy="stitch", target=target,
+                                                          _sink=sink))
 
 
 def prepare_variant(name: str, size: str, variant: str, target: str,
-                    references: dict) -> tuple[dict, list, object]:
+                    references: dict, sink: list | None = None) -> tuple[dict, list, object]:
     """Build a fresh instance, compile, run the first (cold) step and count kernels.
 
     Returns (result entry, first-step outputs, a step function for timing).
     ``references`` maps ``"eager"`` (fp32 eager's first step, absent while eager itself
-    runs) and ``"float64"`` (eager in float64) to outputs to compare against."""
+    runs) and ``"float64"`` (eager in float64) to outputs to compare against. ``sink``
+    collects the graphs fusionstitch compiles (``explain``'s capture, for reports)."""
     import time
 
     import torch
@@ -183,7 +191,7 @@ def prepare_variant(name: str, size: str, variant: str, target: str,
     inductor_metrics.reset()
     fusionstitch.reset_stats()
     inst = W.make(name, size, device=_device(target))
-    fn = _compile(variant, inst.fn, target)
+    fn = _compile(variant, inst.fn, target, sink)
     start = time.perf_counter()
     outs = W.step(inst, fn)  # the first step: compiles forward and backward
     if target == "cuda":
@@ -250,9 +258,16 @@ def _error(e: Exception) -> dict:
 
 
 def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, min_time: float,
-                   index: str = "") -> dict:
+                   index: str = "", fresh_caches: bool = True, sink: list | None = None,
+                   measure_warm_start: bool = True, warmup: int = 3) -> dict:
     """All variants of one workload: compiled one after the other (eager first: it is
-    the reference), then timed side by side (:func:`bench.timing.time_interleaved`)."""
+    the reference), then timed side by side (:func:`bench.timing.time_interleaved`).
+
+    ``fresh_caches``: Inductor and fusionstitch compile into fresh cache folders (cold
+    compiles); ``False`` lets them use their persistent caches, as the demo does, so that
+    a second demo is warm for both compilers. ``sink``: see :func:`prepare_variant`.
+    ``measure_warm_start``: time a second fusionstitch compile (``warm_start_s``).
+    ``warmup``: untimed rounds before the timed ones."""
     import torch
     from torch._inductor.utils import fresh_cache
 
@@ -261,8 +276,9 @@ def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, 
     entries, runs, references = row["variants"], {}, {}
     torch._dynamo.reset()
     # Inductor and fusionstitch compile into fresh cache folders: cold compiles
-    with fresh_cache() if "inductor" in variants else contextlib.nullcontext(), \
-            _fresh_fusionstitch_cache():
+    cold = fresh_caches and "inductor" in variants
+    with fresh_cache() if cold else contextlib.nullcontext(), \
+            _fresh_fusionstitch_cache() if fresh_caches else contextlib.nullcontext():
         try:  # eager in float64: tells eager's own fp32 rounding from a real difference
             references["float64"] = W.step(W.make(name, size, device=_device(target),
                                                   dtype=torch.float64))
@@ -271,15 +287,15 @@ def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, 
         for variant in variants:
             try:
                 entries[variant], outs, runs[variant] = prepare_variant(
-                    name, size, variant, target, references)
+                    name, size, variant, target, references, sink)
                 if variant == "eager":
                     references["eager"] = outs
             except Exception as e:  # one broken variant must not lose the whole run
                 entries[variant] = _error(e)
             _progress(index, name, variant, entries[variant])
         try:
-            timed = time_interleaved(runs, repeat=repeat, min_time=min_time,
-                                     device=_device(target))
+            timed = time_interleaved(runs, warmup=warmup, repeat=repeat,
+                                     min_time=min_time, device=_device(target))
             for variant, t in timed.items():
                 entries[variant].update(t)
         except Exception as e:
@@ -289,7 +305,7 @@ def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, 
         f"{v} {e['median_s'] * 1e3:.3f} ms" for v, e in entries.items() if "median_s" in e)
         + f" ({max((e.get('runs', 0) for e in entries.values()), default=0)} rounds)",
         file=sys.stderr, flush=True)
-    if "fusionstitch" in runs:
+    if "fusionstitch" in runs and measure_warm_start:
         try:
             entries["fusionstitch"]["warm_start_s"] = warm_start(name, size, target)
         except Exception as e:

@@ -1,6 +1,7 @@
 """`fusionstitch explain TARGET --out DIR` and report/factory.py's load_target."""
 import os
 import textwrap
+from html import escape
 
 import pytest
 
@@ -60,18 +61,31 @@ def test_load_target_errors_name_what_was_expected(factory_file, spec, words):
 
 def _expect_files(out, capsys, n_svgs):
     printed = capsys.readouterr().out.split()
-    names = sorted(os.listdir(out))
-    assert sorted(os.path.basename(p) for p in printed) == names
-    assert {"plan.txt", "report.html", "boundaries.txt"} <= set(names)
-    assert len([n for n in names if n.endswith(".svg")]) == n_svgs
-    assert "<svg" in (out / "report.html").read_text()
+    files = sorted(os.path.relpath(os.path.join(d, f), out)
+                   for d, _, names in os.walk(out) for f in names)
+    assert sorted(os.path.relpath(p, out) for p in printed) == files
+    assert {"plan.txt", "report.html", "boundaries.txt"} <= set(files)
+    assert len([n for n in files if n.endswith(".svg")]) == n_svgs
+    page = (out / "report.html").read_text()
+    assert "<svg" in page
+    # every generated kernel has a file under kernels/<graph>/, linked from the page,
+    # and its source is on the page (escaped)
+    kernels = [n for n in files if n.startswith("kernels/")]
+    assert kernels and all(f'href="{k}"' in page for k in kernels)
+    for k in kernels:
+        source = (out / k).read_text().split("\n\n", 1)[1]   # after the comment header
+        first = next(line for line in source.splitlines() if "fs_" in line)
+        assert escape(first) in page
+    return kernels
 
 
 def test_cli_explain_factory_file(factory_file, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["explain", f"{factory_file}:make", "--out", str(out),
                  "--strategy", "xla", "--target", "cpu"]) == 0
-    _expect_files(out, capsys, n_svgs=2)        # forward and backward
+    kernels = _expect_files(out, capsys, n_svgs=2)        # forward and backward
+    assert all(k.endswith(".cpp") for k in kernels)
+    assert "void fs_kernel(" in (out / "report.html").read_text()
     plan = (out / "plan.txt").read_text()
     assert "strategy=xla" in plan and "plan xla for forward" in plan
 

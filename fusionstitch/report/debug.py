@@ -77,24 +77,14 @@ def dumper(graph_name: str, strategy: str, target: str) -> Callable[[str, Any], 
 
 def dump_kernels(folder: str, plan, steps: dict, target: str) -> None:
     """Write each generated kernel's source, with its group and kernel IR as a header."""
-    from ..codegen.kernel import kernel_text, template
+    from .source import kernel_source
     out = os.path.join(folder, "kernels")
     os.makedirs(out, exist_ok=True)
-    comment = "//" if target == "cpu" else "#"
     for g in plan.groups:
         step = steps.get(g.id)
         if step is None:
             continue
-        k = step.kernel
-        if target == "cpu":
-            from ..codegen.cpu import cpp_source
-            source, ext = cpp_source(k), "cpp"
-        else:
-            from ..codegen.triton import triton_source
-            source, ext = triton_source(k, interpret=target == "interpret")[1], "py"
-        ops = " ".join(f"%{n}={plan.graph[n].op}" for n in g.nodes)
-        header = [f"group #{g.id} ({g.composition}) {template(k)}: {ops}", ""]
-        header += kernel_text(k).splitlines()
-        text = "\n".join(f"{comment} {line}".rstrip() for line in header) + "\n\n" + source
-        with open(os.path.join(out, f"k{g.id:03d}.{ext}"), "w") as f:
-            f.write(text)
+        ks = kernel_source(plan, g, target, step.kernel)
+        if ks.source:
+            with open(os.path.join(out, ks.file_name), "w") as f:
+                f.write(ks.file_text)

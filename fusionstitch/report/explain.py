@@ -174,7 +174,13 @@ def explain(fn, *args, strategy: str = "stitch", target: str = "auto", **kwargs)
         raise RuntimeError("fusionstitch.explain: torch.compile produced no graph for this "
                            "function (it may have fallen back to eager, e.g. after too many "
                            "recompilations); try torch._dynamo.reset() first")
-    report = Report(strategy, opts.resolved_target())
+    return sink_report(sink, strategy, opts.resolved_target())
+
+
+def sink_report(sink: list, strategy: str, target: str) -> Report:
+    """A Report of the graphs a fusionstitch backend compiled (its `_sink` list), with the
+    plans it made: explain()'s, or those of a timed run (the demo reports what it ran)."""
+    report = Report(strategy, target)
     for cg in sink:
         if not cg.specialisations:
             continue

@@ -1,9 +1,17 @@
 """One self-contained HTML page for an explain() Report, and the explain folder.
 
-The page has no external assets (inline CSS, inline SVG, one line of inline JS):
+The page has no external assets (inline CSS, inline SVG, onclick attributes for the
+picture's zoom and for opening a kernel's source from the group table):
 a summary table, then per graph the picture of the plan, its groups with their
-modelled cost and IR text, and the fusion boundaries with the planner's reason.
-Code generation does not exist yet, so each group shows its ops as IR text.
+modelled cost and IR text, the generated source of every kernel for the report's
+target (C++ for `cpu`, Triton for `cuda` / `interpret`; report/source.py prints it
+without compiling), and the fusion boundaries with the planner's reason.
+
+A kernel's source is shown with runs of more than FOLD_RUN similar lines folded, whole
+up to SOURCE_CAP_LINES lines / SOURCE_CAP_CHARS characters, cut after that with a note
+(adam's packed optimizer step is 3,700 lines); write_report_dir() (`fusionstitch
+explain --out DIR`, `make demo`) also writes every kernel whole to
+DIR/kernels/<graph>/kNNN.cpp|py, and the page links each kernel to its file.
 """
 from __future__ import annotations
 
@@ -13,16 +21,24 @@ from dataclasses import dataclass
 from html import escape
 
 from ..analysis.cost import device_spec, group_bytes
-from ..fusion.plan import FREE, FusionPlan
+from ..fusion.plan import FREE, KERNEL, FusionPlan
 from ..ir.graph import PARAMETER, Graph, Node, Ref
 from ..ir.text import print_graph
 from .explain import GraphReport, Report
 from .render import _PALETTE, group_colour, kernel_producers, plan_svg, short_op
+from .source import KernelSource, kernel_source
 
 # Boundaries listed per graph: past this the list stops being read (and each reason costs a
 # legality check on the two groups).
 BOUNDARY_CAP = 50
-NO_SOURCE = "generated source: not yet (code generation lands with the Triton/CPU back ends)"
+# A kernel's source on the page is cut past these: every kernel of the demo's workloads
+# fits (the longest, a layer-norm backward, is ~200 lines / 10 KB of C++), while one
+# packed optimizer step (adam: 3,700 lines, 190 KB of C++) would make the page
+# megabytes long. The whole text is in the kernels/ folder beside the page.
+SOURCE_CAP_LINES = 240
+SOURCE_CAP_CHARS = 16_000
+FOLD_RUN = 8             # similar lines in a row past which the page folds them
+TEMPLATE_CHARS = 200     # a template's summary line on the page (the file has it whole)
 
 
 @dataclass(frozen=True)
@@ -99,17 +115,18 @@ def _modelled_us(report: Report, plan: FusionPlan | None) -> float:
                if g.kind != FREE) * 1e6
 
 
-def _anchor(name: str) -> str:
-    return "g-" + re.sub(r"[^A-Za-z0-9_-]", "_", name)
+def _anchors(report: Report) -> list[str]:
+    """One unique HTML id per graph (names repeat across specialisations of one graph)."""
+    return ["g-" + stem for stem in _file_names(report)]
 
 
-def _summary(report: Report) -> list[str]:
+def _summary(report: Report, anchors: list[str]) -> list[str]:
     rows = ['<div class="scroll"><table class="summary"><thead><tr><th>graph</th><th>kind</th>'
             '<th>ops</th><th>kernels</th><th>library calls</th><th>MB moved</th>'
             '<th>modelled µs</th><th>planning ms</th><th>planning stages (ms)</th></tr></thead>'
             '<tbody>']
-    for g in report.graphs:
-        rows.append(f'<tr><td><a href="#{_anchor(g.name)}">{escape(g.name)}</a></td>'
+    for g, anchor in zip(report.graphs, anchors):
+        rows.append(f'<tr><td><a href="#{anchor}">{escape(g.name)}</a></td>'
                     f'<td>{escape(g.kind)}</td>' + _num(g.num_ops) + _num(g.num_kernels)
                     + _num(g.num_library_calls) + _num(g.bytes_moved / 1e6, ".3f")
                     + _num(_modelled_us(report, g.plan), ".1f")
@@ -124,7 +141,8 @@ def _summary(report: Report) -> list[str]:
     return rows
 
 
-def _groups_table(report: Report, g: GraphReport) -> list[str]:
+def _groups_table(report: Report, g: GraphReport, sources: dict[int, KernelSource],
+                  anchor: str) -> list[str]:
     plan, spec = g.plan, device_spec(report.target)
     rows = ['<div class="scroll"><table class="groups"><thead><tr><th>group</th><th>kind</th>'
             '<th>composition</th><th>ops</th><th>modelled bytes</th><th>modelled µs</th>'
@@ -137,14 +155,126 @@ def _groups_table(report: Report, g: GraphReport) -> list[str]:
             ops = ops[:88] + " …"
         swatch = {"library": "#888888", FREE: "#ffffff"}.get(grp.kind, group_colour(grp.id))
         ir = group_ir(plan.graph, grp.nodes, f"{g.name}_group{grp.id}")
+        target = f"{anchor}-k{grp.id}"
+        gid = (f'<a href="#{target}" onclick="{_open_js(target)}">#{grp.id}</a>'
+               if grp.id in sources else f"#{grp.id}")
         rows.append(f'<tr class="{escape(grp.kind)}"><td><span class="sw" style="background:'
-                    f'{swatch}"></span>#{grp.id}</td><td>{escape(grp.kind)}</td>'
+                    f'{swatch}"></span>{gid}</td><td>{escape(grp.kind)}</td>'
                     f'<td>{escape(grp.composition)}</td>' + _num(len(grp.nodes))
                     + _num(nbytes, ",") + f'<td class="num">{t}</td>'
                     f'<td class="wide"><details><summary>{escape(ops)}</summary>'
                     f'<pre>{escape(ir)}</pre></details></td></tr>')
     rows.append("</tbody></table></div>")
     return rows
+
+
+def graph_sources(report: Report, g: GraphReport) -> dict[int, KernelSource]:
+    """The generated source (or the reason there is none) of every kernel and library group
+    of one graph, by group id; free groups are left out."""
+    if g.plan is None:
+        return {}
+    return {grp.id: kernel_source(g.plan, grp, report.target)
+            for grp in g.plan.groups if grp.kind != FREE}
+
+
+def _fold_runs(lines: list[str]) -> list[tuple[str, int, bool]]:
+    """(text, source lines it stands for, folded?) per shown line: a run of more than
+    FOLD_RUN lines that differ only in their numbers (a packed kernel's 600 parameters
+    `const float* in17,`) keeps its first and last lines around one fold marker."""
+    shape = [re.sub(r"\d+", "#", line) for line in lines]
+    out, i = [], 0
+    while i < len(lines):
+        j = i
+        while j + 1 < len(lines) and shape[j + 1] == shape[i]:
+            j += 1
+        n = j - i + 1
+        if n > FOLD_RUN:
+            indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+            out += [(lines[i], 1, False), (lines[i + 1], 1, False),
+                    (f"{indent}⋮ {n - 3:,} more lines like these", n - 3, True),
+                    (lines[j], 1, False)]
+        else:
+            out += [(line, 1, False) for line in lines[i:j + 1]]
+        i = j + 1
+    return out
+
+
+def source_view(text: str, max_lines: int = SOURCE_CAP_LINES,
+                max_chars: int = SOURCE_CAP_CHARS) -> tuple[str, int]:
+    """A kernel source as escaped HTML for a <pre>: long runs of similar lines folded, then
+    cut after `max_lines` shown lines or `max_chars` characters (at least one line).
+    Returns (html, source lines not shown)."""
+    items = _fold_runs(text.splitlines())
+    parts, size, covered = [], 0, 0
+    for line, n, folded in items[:max_lines]:
+        size += len(line) + 1
+        if parts and size > max_chars:
+            break
+        parts.append(f'<span class="fold">{escape(line)}</span>' if folded else escape(line))
+        covered += n
+    return "\n".join(parts), sum(n for _, n, _ in items) - covered
+
+
+def _short_template(tpl: str, limit: int = TEMPLATE_CHARS) -> str:
+    """A template cut to `limit` characters (a packing of 40 components is 1 KB)."""
+    if len(tpl) <= limit:
+        return tpl
+    return tpl[:limit].rsplit(" | ", 1)[0] + f" | … ({tpl.count(' | ') + 1} components)]"
+
+
+def _open_js(anchor: str) -> str:
+    """An onclick that opens the <details> a link jumps to (a closed one hides its text)."""
+    return f"document.getElementById('{anchor}').open=true"
+
+
+def _kernel_block(g: GraphReport, grp, ks: KernelSource, folder: str | None,
+                  anchor: str) -> str:
+    anchor = f"{anchor}-k{grp.id}"
+    swatch = "#888888" if grp.kind != KERNEL else group_colour(grp.id)
+    head = (f'<span class="sw" style="background:{swatch}"></span><b>#{grp.id}</b> '
+            f'{escape(grp.kind)} · {escape(grp.composition)}')
+    if not ks.source:
+        ops = " ".join(short_op(g.plan.graph[n].op) for n in grp.nodes)
+        if len(ops) > 90:
+            ops = ops[:88] + " …"
+        return (f'<div class="nosrc {escape(grp.kind)}" id="{anchor}"><span class="head">'
+                f'{head} · {escape(ops)}</span><br><span class="muted">{escape(ks.reason)}'
+                f'</span></div>')
+    path = f"{folder}/{ks.file_name}" if folder else None
+    link = f'<a href="{escape(path)}">{escape(path)}</a>' if path else ""
+    total = ks.source.count("\n") + (not ks.source.endswith("\n"))
+    shown, left = source_view(ks.source)
+    out = [f'<details class="src" id="{anchor}"><summary>{head} · '
+           f'<span class="lines">{total:,} lines of {ks.language}</span><br>'
+           f'<code class="tpl">{escape(_short_template(ks.template))}</code></summary>']
+    if link:
+        out.append(f'<div class="file">whole file (with the kernel IR): {link}</div>')
+    out.append(f'<pre class="code">{shown}</pre>')
+    if left:
+        where = (f"the whole source is in {link}" if link else
+                 "<code>fusionstitch explain TARGET --out DIR</code> writes the whole source "
+                 "to DIR/kernels/")
+        out.append(f'<p class="note">{left:,} of {total:,} lines not shown (the page shows '
+                   f'at most {SOURCE_CAP_LINES} lines of a kernel); {where}.</p>')
+    out.append("</details>")
+    return "".join(out)
+
+
+def _kernels(report: Report, g: GraphReport, sources: dict[int, KernelSource],
+             folder: str | None, anchor: str) -> list[str]:
+    kernels = [ks for ks in sources.values() if ks.source]
+    languages = sorted({ks.language for ks in kernels})
+    if kernels:
+        lede = (f"The {' / '.join(languages)} that target {escape(report.target)} generates "
+                f"for each kernel group (printed, not compiled here); click to open. "
+                f"Library calls run through torch.")
+    else:
+        lede = "No generated kernels in this graph."
+    out = [f'<p class="note">{lede}</p>', '<div class="kernels">']
+    out += [_kernel_block(g, grp, sources[grp.id], folder, anchor)
+            for grp in g.plan.groups if grp.id in sources]
+    out.append("</div>")
+    return out
 
 
 def _boundaries(found: list[Boundary], total: int) -> list[str]:
@@ -164,9 +294,10 @@ def _boundaries(found: list[Boundary], total: int) -> list[str]:
     return out
 
 
-def _graph_section(report: Report, g: GraphReport, found: tuple[list[Boundary], int]
+def _graph_section(report: Report, g: GraphReport, found: tuple[list[Boundary], int],
+                   sources: dict[int, KernelSource], folder: str | None, anchor: str
                    ) -> list[str]:
-    out = [f'<section id="{_anchor(g.name)}"><h2>{escape(g.name)} '
+    out = [f'<section id="{anchor}"><h2>{escape(g.name)} '
            f'<span class="tag">{escape(g.kind)}</span></h2>']
     if g.plan is None:
         out.append(f'<p>Runs through torch: {escape(g.fallback_reason or "no plan")}.</p>'
@@ -178,9 +309,11 @@ def _graph_section(report: Report, g: GraphReport, found: tuple[list[Boundary], 
     svg = plan_svg(g.plan, title=f"{g.name} ({g.kind}, {report.strategy})")
     out.append('<div class="figure"><button type="button" onclick="this.parentNode.classList'
                '.toggle(\'actual\')">fit width / actual size</button>' + svg + "</div>")
-    out.append(f'<h3 id="{_anchor(g.name)}-groups">Groups</h3>')
-    out += _groups_table(report, g)
-    out.append(f'<h3 id="{_anchor(g.name)}-boundaries">Fusion boundaries</h3>')
+    out.append(f'<h3 id="{anchor}-groups">Groups</h3>')
+    out += _groups_table(report, g, sources, anchor)
+    out.append(f'<h3 id="{anchor}-kernels">Kernels</h3>')
+    out += _kernels(report, g, sources, folder, anchor)
+    out.append(f'<h3 id="{anchor}-boundaries">Fusion boundaries</h3>')
     out += _boundaries(*found)
     out.append("</section>")
     return out
@@ -203,6 +336,8 @@ table{border-collapse:collapse;font-size:.88rem;width:100%}
 th,td{padding:.3rem .55rem;border-bottom:1px solid var(--line);text-align:left;
 vertical-align:top}
 th{background:var(--bg2);font-weight:600;white-space:nowrap}
+th[colspan]{text-align:center;border-bottom:1px solid var(--line)}
+thead tr+tr th{text-align:right}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.total td{font-weight:600;border-top:2px solid var(--line)}
 tr.free td{color:var(--muted)}
@@ -223,6 +358,17 @@ max-height:90vh;position:relative}
 .figure button{position:sticky;left:0;top:0;float:right;font:inherit;font-size:.8rem;
 background:#fff;border:1px solid var(--line);border-radius:6px;padding:.1rem .5rem;
 cursor:pointer;z-index:1}
+.kernels{margin:.3rem 0 .6rem}
+details.src,.nosrc{border:1px solid var(--line);border-radius:6px;padding:.3rem .6rem;
+margin:.3rem 0}
+details.src[open]{background:var(--bg2)}
+.nosrc{font-size:.8rem;background:var(--bg2);color:var(--fg)}
+.nosrc .head{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+code.tpl{font-size:.78rem;overflow-wrap:anywhere}
+code.tpl{color:var(--muted)}.lines{color:var(--muted)}
+.file{font-size:.8rem;color:var(--muted);margin:.3rem 0 0}
+pre.code{background:#fff;max-height:75vh;overflow:auto;tab-size:4}
+.fold{color:var(--muted);font-style:italic}
 ul.boundaries{padding-left:1.2rem}ul.boundaries li{margin:.35rem 0}
 .edges{font-size:.8rem;color:var(--muted)}
 nav{font-size:.9rem;margin:.8rem 0}nav a{margin-right:.8rem}
@@ -234,33 +380,47 @@ def _all_boundaries(report: Report, found) -> list[tuple[list[Boundary], int]]:
     return found if found is not None else [fusion_boundaries(report, g) for g in report.graphs]
 
 
-def report_html(report: Report, *, title: str = "fusionstitch plan", boundaries=None) -> str:
+def report_html(report: Report, *, title: str = "fusionstitch plan", boundaries=None,
+                sources=None, kernel_dirs=None) -> str:
     """The whole report as one self-contained HTML page.
 
-    `boundaries`: fusion_boundaries() of each graph when the caller has them already
-    (each reason costs a legality check).
+    `boundaries`: fusion_boundaries() of each graph, `sources`: graph_sources() of each
+    graph, when the caller has them already. `kernel_dirs`: per graph, the folder (relative
+    to the page) where write_report_dir() put its kernels' files, for the links; None when
+    no files were written.
     """
     boundaries = _all_boundaries(report, boundaries)
+    sources = sources if sources is not None else [graph_sources(report, g)
+                                                   for g in report.graphs]
+    kernel_dirs = kernel_dirs or [None] * len(report.graphs)
+    anchors = _anchors(report)
     head = (f"strategy <b>{escape(report.strategy)}</b> · target <b>{escape(report.target)}</b>"
             f" · {report.num_ops} ops → <b>{report.num_kernels} kernels</b> + "
             f"{report.num_library_calls} library calls · {report.bytes_moved / 1e6:.3f} MB "
             f"moved · planned in {report.planning_seconds * 1e3:.1f} ms")
-    out = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{escape(title)}</title><style>{_CSS}</style></head><body><main>",
-           f"<h1>{escape(title)}</h1>", f'<p class="lede">{head}</p>',
-           f'<p class="note">Modelled bytes and times come from the cost model of target '
-           f'{escape(report.target)} ({escape(device_spec(report.target).name)}). '
-           f'Kernels: {escape(NO_SOURCE)}; each group shows its ops as IR text.</p>',
+    out = [f"<h1>{escape(title)}</h1>", f'<p class="lede">{head}</p>',
+           f'<p class="note">Modelled bytes and times come from the cost model '
+           f'{escape(device_spec(report.target).name)}. '
+           f'Each graph lists its groups (ops as IR text), then the source generated for '
+           f'each kernel: shown up to {SOURCE_CAP_LINES} lines, whole in the kernels/ '
+           f'folder beside this page.</p>',
            "<h2>Summary</h2>"]
-    out += _summary(report)
+    out += _summary(report, anchors)
     if len(report.graphs) > 1:
-        out.append("<nav>" + "".join(f'<a href="#{_anchor(g.name)}">{escape(g.name)}</a>'
-                                     for g in report.graphs) + "</nav>")
-    for g, found in zip(report.graphs, boundaries):
-        out += _graph_section(report, g, found)
-    out.append("</main></body></html>")
-    return "\n".join(out) + "\n"
+        out.append("<nav>" + "".join(f'<a href="#{a}">{escape(g.name)}</a>'
+                                     for g, a in zip(report.graphs, anchors)) + "</nav>")
+    for g, found, src, folder, anchor in zip(report.graphs, boundaries, sources, kernel_dirs,
+                                             anchors):
+        out += _graph_section(report, g, found, src, folder, anchor)
+    return html_page(title, out)
+
+
+def html_page(title: str, body: list[str]) -> str:
+    """A self-contained page: the report's stylesheet, `body` (HTML lines) in <main>."""
+    return "\n".join(["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
+                      '<meta name="viewport" content="width=device-width, initial-scale=1">',
+                      f"<title>{escape(title)}</title><style>{_CSS}</style></head><body><main>",
+                      *body, "</main></body></html>"]) + "\n"
 
 
 def boundaries_text(report: Report, boundaries=None) -> str:
@@ -286,21 +446,49 @@ def _file_names(report: Report) -> list[str]:
     return out
 
 
+_KERNEL_FILE = re.compile(r"k\d{3,}\.(cpp|py)")
+
+
+def _remove_old_kernels(root: str) -> None:
+    """Kernel files a previous report wrote into the same folder (group ids change between
+    plans); only names this module writes are removed."""
+    if not os.path.isdir(root):
+        return
+    for folder in os.listdir(root):
+        path = os.path.join(root, folder)
+        if os.path.isdir(path):
+            for name in os.listdir(path):
+                if _KERNEL_FILE.fullmatch(name):
+                    os.remove(os.path.join(path, name))
+
+
 def write_report_dir(report: Report, out_dir: str, *, title: str) -> list[str]:
-    """Write plan.txt, one SVG per graph, report.html and boundaries.txt; return the paths."""
+    """Write plan.txt, one SVG per graph, report.html, boundaries.txt and every generated
+    kernel (kernels/<graph>/kNNN.cpp|.py, with its group and kernel IR as a header);
+    return the paths."""
     os.makedirs(out_dir, exist_ok=True)
     files: dict[str, str] = {}
     plans = [g.plan.to_text() for g in report.graphs if g.plan is not None]
     files["plan.txt"] = str(report) + "\n\n" + "\n".join(plans)
-    for stem, g in zip(_file_names(report), report.graphs):
+    stems = _file_names(report)
+    for stem, g in zip(stems, report.graphs):
         if g.plan is not None:
             files[f"{stem}.svg"] = plan_svg(g.plan, title=f"{title}: {g.name} ({g.kind})")
     found = _all_boundaries(report, None)
-    files["report.html"] = report_html(report, title=title, boundaries=found)
+    sources = [graph_sources(report, g) for g in report.graphs]
+    kernel_dirs = [f"kernels/{stem}" for stem in stems]
+    files["report.html"] = report_html(report, title=title, boundaries=found, sources=sources,
+                                       kernel_dirs=kernel_dirs)
     files["boundaries.txt"] = boundaries_text(report, found)
+    _remove_old_kernels(os.path.join(out_dir, "kernels"))
+    for folder, src in zip(kernel_dirs, sources):
+        for ks in src.values():
+            if ks.source:
+                files[f"{folder}/{ks.file_name}"] = ks.file_text
     paths = []
     for name, text in files.items():
-        path = os.path.join(out_dir, name)
+        path = os.path.join(out_dir, *name.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         paths.append(path)

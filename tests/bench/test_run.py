@@ -120,6 +120,12 @@ def test_max_rel_err():
     assert R.max_rel_err([a + 0.04], [a]) == pytest.approx(0.01)
     assert R.max_rel_err([torch.tensor([float("nan")])], [torch.tensor([1.0])]) == math.inf
     assert R.max_rel_err([a[:2]], [a]) == math.inf
+    # infinities: where the reference has them the result must match them exactly
+    inf = float("inf")
+    r = torch.tensor([inf, 2.0, 4.0])
+    assert R.max_rel_err([torch.tensor([inf, 2.0, 4.04])], [r]) == pytest.approx(0.01)
+    assert R.max_rel_err([a], [r]) == math.inf
+    assert R.max_rel_err([torch.tensor([1.0, inf, 4.0])], [a]) == math.inf
 
 
 @pytest.mark.slow
@@ -138,3 +144,38 @@ def test_with_inductor(tmp_path):
     assert sp["fusionstitch_vs_inductor"] == pytest.approx(
         sp["fusionstitch_vs_eager"] / sp["inductor_vs_eager"])
     assert "geomean_speedup_inductor_vs_eager" in data["summary"]
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_bench_workload_fresh_caches_and_sink(monkeypatch, fresh):
+    """Inductor and fusionstitch compile in fresh cache folders unless told otherwise (the
+    demo); `sink` collects the graphs the fusionstitch variant compiled; `warmup` reaches
+    the timing."""
+    import contextlib
+
+    import torch._inductor.utils as inductor_utils
+    entered = []
+
+    def recorder(what):
+        @contextlib.contextmanager
+        def fresh_cache():
+            entered.append(what)
+            yield
+        return fresh_cache
+    monkeypatch.setattr(inductor_utils, "fresh_cache", recorder("inductor"))
+    monkeypatch.setattr(R, "_fresh_fusionstitch_cache", recorder("fusionstitch"))
+    real = R._compile
+    monkeypatch.setattr(R, "_compile", lambda v, fn, t, sink=None:
+                        fn if v == "inductor" else real(v, fn, t, sink))   # no real compile
+    warmups = []
+    real_timing = R.time_interleaved
+    monkeypatch.setattr(R, "time_interleaved", lambda runs, **kw: (
+        warmups.append(kw["warmup"]), real_timing(runs, **kw))[1])
+    sink = []
+    row = R.bench_workload("softmax_chain", "small", "cpu", ["eager", "inductor", "fusionstitch"],
+                           fresh_caches=fresh, sink=sink, measure_warm_start=fresh, warmup=1,
+                           **FAST)
+    assert entered == (["inductor", "fusionstitch"] if fresh else []) and warmups == [1]
+    fs = row["variants"]["fusionstitch"]
+    assert "error" not in fs and ("warm_start_s" in fs) == fresh
+    assert [cg.kind for cg in sink] == ["inference"] and sink[0].specialisations
