@@ -13,22 +13,10 @@ import fusionstitch
 from fusionstitch.codegen.kernel import kernel_text, template
 from fusionstitch.codegen.lower import Unsupported, lower_group
 from fusionstitch.codegen.triton import triton_source
+from tests.codegen._interpret import _strict, run  # noqa: F401 (_strict: autouse fixture)
 from fusionstitch.fusion import make_plan
 from fusionstitch.fusion.plan import KERNEL
 from fusionstitch.schedule.propagate import FUSIBLE_DOTS
-
-
-@pytest.fixture(autouse=True)
-def _strict(monkeypatch):
-    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
-    torch._dynamo.reset()
-
-
-def run(fn, *args):
-    compiled = torch.compile(fn, backend=fusionstitch.backend(target="interpret"))
-    fusionstitch.reset_stats()
-    got = compiled(*args)
-    return got, fusionstitch.stats()
 
 
 def check(fn, *args, kernels=1, rtol=1e-5, atol=1e-5):

@@ -11,19 +11,7 @@ import fusionstitch
 from fusionstitch.codegen.kernel import kernel_text
 from fusionstitch.codegen.lower import Unsupported, lower_group
 from fusionstitch.codegen.triton import triton_source
-
-
-@pytest.fixture(autouse=True)
-def _strict(monkeypatch):
-    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
-    torch._dynamo.reset()
-
-
-def run(fn, *args):
-    compiled = torch.compile(fn, backend=fusionstitch.backend(target="interpret"))
-    fusionstitch.reset_stats()
-    got = compiled(*args)
-    return got, fusionstitch.stats()
+from tests.codegen._interpret import _strict, run  # noqa: F401 (_strict: autouse fixture)
 
 
 def close(got, ref, rtol=1e-5, atol=1e-6):
