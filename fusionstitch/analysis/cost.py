@@ -45,6 +45,9 @@ class DeviceSpec:
     peak_flops: Measured       # fp32 flop / s
     onchip_bytes: Measured     # on-chip capacity one program (block) may use: shared memory / L2
     registers: Measured        # 32-bit registers one program (block) may use
+    # bytes / s one program (block) moves alone: bounds what a single-program kernel
+    # (a staged tail, fusion/legality.staged_limit) may touch
+    program_bandwidth: Measured
 
     def kernel_time(self, nbytes: float, flops: float = 0.0) -> float:
         """φ + max(bytes/bandwidth, flops/peak), in seconds."""
@@ -66,6 +69,8 @@ DEVICES: dict[str, DeviceSpec] = {
         Measured(227 * 1024, "H100: up to 227 KB shared memory per block (CUDA guide, "
                              "compute capability 9.0)"),
         Measured(65536, "64K 32-bit registers per SM / block limit (CUDA guide, cc 9.0)"),
+        Measured(3.0e12 / 132, "the device bandwidth shared by its 132 SMs (H100 SXM): a "
+                               "lower bound for one block; to re-measure on the lent device"),
     ),
     "cpu": DeviceSpec(
         "cpu (2-core AMD EPYC CI machine)",
@@ -76,6 +81,7 @@ DEVICES: dict[str, DeviceSpec] = {
         Measured(1.0e11, "2 cores x AVX2 FMA (2x8 fp32 x 2 pipes) x ~3 GHz, rounded down"),
         Measured(1024 * 1024, "L2 per core: 1 MiB (lscpu, 2026-11-22)"),
         Measured(16 * 16, "16 AVX2 ymm registers x 8 fp32 lanes x 2 (rough)"),
+        Measured(16.8e9 / 2, "one of the 2 threads of the copy measurement above"),
     ),
 }
 DEVICES["interpret"] = DEVICES["cuda"]  # the interpreter runs the GPU plan

@@ -429,7 +429,7 @@ def lower_group(graph: Graph, names, kernel_name: str) -> Kernel:
     comps = []
     try:
         for comp in components(graph, names):
-            space = component_space(graph, comp, L.escaping)
+            space = component_space(graph, comp, L.escaping, staged=True)
             L.canonical = None
             if space.kind == "flat":
                 comps.append(_lower_flat(L, comp, space.numel))

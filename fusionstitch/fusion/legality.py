@@ -84,10 +84,14 @@ def small_gemm(graph: Graph, node: Node) -> bool:
 
 
 def check_group(graph: Graph, names, reach: Reachability, *,
-                batched_gemms: bool = False, assume_fusible: bool = False) -> Decision:
+                batched_gemms: bool = False, assume_fusible: bool = False,
+                staged_bytes: int = 0) -> Decision:
     """Can these nodes be one kernel: all fusible, no cycle, one consistent schedule.
 
     `assume_fusible` skips the per-op check for callers that already made it.
+    `staged_bytes`: a group no one schedule fits may still run as one program in
+    stages (`propagate.component_space`) when it moves at most this many bytes
+    (0: never; see `staged_limit`).
     """
     names = list(names)
     for n in () if assume_fusible else names:
@@ -98,7 +102,24 @@ def check_group(graph: Graph, names, reach: Reachability, *,
         return Decision.forbid("grouping would create a cycle (a path leaves the group "
                                "and re-enters it)")
     try:
-        group_spaces(graph, names)
+        spaces = group_spaces(graph, names, staged=staged_bytes > 0)
     except Inconsistent as e:
         return Decision.forbid(f"no consistent schedule: {e}")
+    if any(s.staged for s in spaces):
+        from ..analysis.cost import group_bytes
+        moved = group_bytes(graph, tuple(names))
+        if moved > staged_bytes:
+            return Decision.forbid(f"no consistent schedule, and one program running it in "
+                                   f"stages would move {moved} bytes, over {staged_bytes}")
     return Decision.allow()
+
+
+def staged_limit(target: str) -> int:
+    """Bytes one program may move in a staged kernel on `target`: what it moves within one
+    launch latency at one program's bandwidth, so that the one launch it saves pays for
+    running on one core. 0 on targets without block composition (cpu)."""
+    if not gemms_fusible(target):
+        return 0
+    from ..analysis.cost import device_spec
+    d = device_spec(target)
+    return int(d.launch_latency.value * d.program_bandwidth.value)

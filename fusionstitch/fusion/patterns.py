@@ -65,8 +65,10 @@ class Legality:
     """check_group with a memo, shared by all generators of one planning run."""
 
     def __init__(self, graph: Graph, batched_gemms: bool = True, lowerable: bool = False,
-                 max_recompute: float | None = None, row_buffers: bool = False):
+                 max_recompute: float | None = None, row_buffers: bool = False,
+                 staged_bytes: int = 0):
         self.graph = graph
+        self.staged_bytes = staged_bytes    # legality.check_group's staged-kernel bound
         self.max_recompute = max_recompute
         self.row_buffers = row_buffers      # the target keeps rows across loops (cpu)
         # codegen targets: a pattern is legal only if the code generator can lower it
@@ -87,7 +89,7 @@ class Legality:
                 d = fusible(self.graph, self.graph[outside], batched_gemms=self.batched_gemms)
             else:
                 d = check_group(self.graph, key, self.reach, batched_gemms=self.batched_gemms,
-                                assume_fusible=True)
+                                assume_fusible=True, staged_bytes=self.staged_bytes)
                 if d and self.lowerable and len(key) > 1:
                     d = self._lowers(key)
             self.memo[key] = d

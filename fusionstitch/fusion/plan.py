@@ -74,7 +74,7 @@ class FusionPlan:
             space = ""
             if g.kind == KERNEL:
                 try:
-                    space = " " + ",".join(str(s) for s in group_spaces(self.graph, g.nodes))
+                    space = " " + ",".join(str(s) for s in group_spaces(self.graph, g.nodes, staged=True))
                 except Inconsistent:
                     space = " ?"
             ops = " ".join(f"%{n}={self.graph[n].op}" for n in g.nodes)

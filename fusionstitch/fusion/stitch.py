@@ -33,7 +33,8 @@ from ..ir.graph import Graph
 from ..schedule.compose import composition
 from ..schedule.propagate import group_spaces
 from . import ilp
-from .legality import gemms_fusible
+from .legality import gemms_fusible, staged_limit
+from .merge import merge_kernels
 from .patterns import Legality, candidate_patterns
 from .plan import (FREE, KERNEL, LIBRARY, FusionPlan, is_input, node_kind, plan_from_groups,
                    quotient)
@@ -124,7 +125,8 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
     leg = Legality(graph, batched_gemms=gemms_fusible(target),
                    lowerable=target in CODEGEN_TARGETS,
                    max_recompute=MAX_RECOMPUTE.get(target),
-                   row_buffers=target in ROW_BUFFER_TARGETS)
+                   row_buffers=target in ROW_BUFFER_TARGETS,
+                   staged_bytes=staged_limit(target))
     candidates = candidate_patterns(leg, packing=False)
     stages["candidates"] = time.perf_counter() - t
 
@@ -180,6 +182,10 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
         groups = pack_layers(graph, groups, leg)
     stages["packing"] = time.perf_counter() - t
     t = time.perf_counter()
+    if limit is None:
+        groups = merge_kernels(graph, groups, leg, model, device)
+    stages["merging"] = time.perf_counter() - t
+    t = time.perf_counter()
     plan = plan_from_groups(graph, groups, "stitch", compose=composition)
     stages["plan"] = time.perf_counter() - t
     log.info("stitch: %d candidates, %d scored > 0, %d chosen (%s, %d cycle constraints), "
@@ -217,7 +223,7 @@ def pack_layers(graph: Graph, groups: list[frozenset], leg) -> list[frozenset]:
         kinds = {node_kind(graph[n]) for n in names}
         # only kernels that are legal on their own (a schedule exists) can share a launch
         if KERNEL in kinds and all(n in leg.fusible for n in names) and leg.check(names):
-            schedule = tuple(sorted({s.kind for s in group_spaces(graph, names)}))
+            schedule = tuple(sorted({s.kind for s in group_spaces(graph, names, staged=True)}))
             layers.setdefault((span[u], schedule), []).append(u)
     merged: set[int] = set()
     packed: list[frozenset] = []

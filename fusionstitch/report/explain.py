@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..analysis.cost import plan_bytes
-from ..fusion.legality import gemms_fusible
+from ..fusion.legality import gemms_fusible, staged_limit
 from ..fusion.plan import FREE
 from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Graph
 from ..runtime import counters as _stats
@@ -71,7 +71,9 @@ class Report:
                 reach = self._reach[g.name] = Reachability(plan.graph)
             d = check_group(plan.graph, set(ga.nodes) | set(gb.nodes), reach,
                             batched_gemms=self.strategy == "stitch"
-                            and gemms_fusible(self.target))
+                            and gemms_fusible(self.target),
+                            staged_bytes=staged_limit(self.target)
+                            if self.strategy == "stitch" else 0)
             if not d:
                 return f"%{a} (group #{ga.id}) and %{b} (group #{gb.id}) cannot fuse: {d.reason}"
             return (f"%{a} (group #{ga.id}) and %{b} (group #{gb.id}) could fuse, but the "

@@ -17,7 +17,7 @@ WARP_ROW_MAX = 1024
 
 
 def composition(graph: Graph, names) -> str:
-    spaces = group_spaces(graph, names)
+    spaces = group_spaces(graph, names, staged=True)
     if len(spaces) > 1:
         return "packing"
     s = spaces[0]

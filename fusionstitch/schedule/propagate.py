@@ -53,6 +53,7 @@ class Space:
     row: int      # R (elements per block); N for flat
     numel: int    # B * R
     layout: tuple = ()   # general reductions: (input shape, reduced dims)
+    staged: bool = False  # a single-program staged component (see component_space)
 
     def __str__(self) -> str:
         return f"{self.kind}[{self.blocks}x{self.row}]"
@@ -189,14 +190,41 @@ def _batch_component(graph: Graph, names: list[str], dots: list[str], escaping) 
     return space
 
 
-def component_space(graph: Graph, names: list[str], escaping: set[str] | None = None) -> Space:
+# A staged single-program component (see `component_space`) holds no value larger than
+# this: it is for the small tails of a step (a loss's per-row terms summed to a scalar, a
+# bias gradient of a small classifier), where a second launch costs more than the work.
+STAGED_ELEMENTS_MAX = 1 << 16
+
+
+def component_space(graph: Graph, names: list[str], escaping: set[str] | None = None,
+                    staged: bool = False) -> Space:
     """The one space every op of a connected component fits, or raise Inconsistent.
 
     `escaping` names the members whose values leave the group; a member that
     does not escape may be smaller (a broadcast operand, a slice, a piece of a
     concat): it is evaluated where its consumer reads it.
+
+    `staged`: when no one schedule fits (reductions of different shapes: per-row
+    losses summed to a scalar, a row-wise gradient and its column sum), one
+    program may run the reductions as stages in order, as block composition does
+    around GEMMs (FusionStitching 2019 §5.1 with the whole component as the one
+    batch entry): the result is a "batch" space of one program. Only for small
+    components (STAGED_ELEMENTS_MAX); the planner also bounds its bytes.
     """
     escaping = set(names) if escaping is None else escaping
+    try:
+        return _component_space(graph, names, escaping)
+    except Inconsistent as e:
+        if not staged or any(graph[n].op in FUSIBLE_DOTS for n in names):
+            raise
+        big = next((n for n in names if _numel(graph[n].type) > STAGED_ELEMENTS_MAX), None)
+        if big is not None:
+            raise Inconsistent(f"{e}; and %{big} ({graph[big].op}) is too large for one "
+                               f"program to run the group in stages") from None
+        return Space("batch", 1, STAGED_ELEMENTS_MAX, STAGED_ELEMENTS_MAX, (1,), staged=True)
+
+
+def _component_space(graph: Graph, names: list[str], escaping: set[str]) -> Space:
     dots = [n for n in names if graph[n].op in FUSIBLE_DOTS]
     if dots:
         return _batch_component(graph, names, dots, escaping)
@@ -269,7 +297,9 @@ def escaping_values(graph: Graph, names) -> set[str]:
             if n in outputs or any(u not in inside for u in graph.users[n])}
 
 
-def group_spaces(graph: Graph, names) -> list[Space]:
-    """One space per component, in component order; raises Inconsistent."""
+def group_spaces(graph: Graph, names, staged: bool = False) -> list[Space]:
+    """One space per component, in component order; raises Inconsistent.
+
+    `staged` allows single-program staged components (`component_space`)."""
     escaping = escaping_values(graph, names)
-    return [component_space(graph, c, escaping) for c in components(graph, names)]
+    return [component_space(graph, c, escaping, staged) for c in components(graph, names)]

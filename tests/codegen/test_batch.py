@@ -339,3 +339,39 @@ def test_in_place_writes_see_the_reads_of_batch_stages():
     new_w = next(b for b in k.outputs if g[b.value].op == "mul.Tensor")
     w = g[new_w.value].args[0].name
     assert kernel_hazard(k, w, new_w) == "another part of the kernel reads the input"
+
+
+# Staged single-program kernels (schedule.propagate.component_space(staged=True)): reductions
+# of different shapes run as stages of one program, without GEMMs.
+
+def test_staged_row_losses_summed_to_a_scalar():
+    def f(x, t):
+        logp = torch.log_softmax(x, 1)
+        return -(logp * t).sum(1).mean()
+    x, t = torch.randn(64, 10), torch.softmax(torch.randn(64, 10), 1)
+    rep = check(f, x, t, kernels=1)
+    (g,) = [g for gr in rep.graphs for g in gr.plan.groups if g.kind == KERNEL]
+    assert g.composition == "block"
+
+
+def test_staged_row_gradient_and_its_column_sum():
+    def f(x, w):
+        y = torch.softmax(x * w, 1)
+        return y.sum(0), y * 2
+    check(f, torch.randn(48, 12), torch.randn(12), kernels=1)
+
+
+def test_staged_kernel_reads_non_contiguous_inputs():
+    def f(x):
+        return (x - x.amax(1, keepdim=True)).exp().sum(1).log().sum()
+    check(f, torch.randn(10, 33).t(), kernels=1)
+
+
+def test_staged_gpu_source_compiles_for_sm90():
+    def f(x, t):
+        return -(torch.log_softmax(x, 1) * t).sum(1).mean()
+    g = _graph(f, torch.randn(64, 10), torch.randn(64, 10))
+    k = lower_group(g, _ops(g), "k")
+    assert [c.kind for c in k.components] == ["batch"]
+    src, out = _compile_sm90(k)
+    assert "cubin" in out.asm and "debug_barrier" in src

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from fusionstitch.analysis.reach import Reachability
 from fusionstitch.frontend.build import GraphBuilder
 from fusionstitch.fusion import PLANNERS
-from fusionstitch.fusion.legality import check_group
+from fusionstitch.fusion.legality import check_group, staged_limit
 from fusionstitch.fusion.plan import FUSIBLE_DOTS, KERNEL, LIBRARY, node_kind, plan_none
 from fusionstitch.fusion.stitch import plan_stitch
 from fusionstitch.ir.graph import PARAMETER, Graph
@@ -134,7 +134,7 @@ def make_inputs(graph: Graph):
     return [torch.rand(p.type.shape, generator=gen) * 2 - 1 for p in graph.params]
 
 
-def check_plan(plan, reach):
+def check_plan(plan, reach, target="cuda"):
     graph = plan.graph
     plan.validate()
     for g in plan.groups:
@@ -144,7 +144,8 @@ def check_plan(plan, reach):
         # a library call runs alone, unless a planner composes a small GEMM into a kernel
         assert all(graph[n].op in FUSIBLE_DOTS for n in library), (g, library)
         if g.kind == KERNEL:
-            d = check_group(graph, g.nodes, reach, batched_gemms=True)
+            d = check_group(graph, g.nodes, reach, batched_gemms=True,
+                            staged_bytes=staged_limit(target))
             assert d, (g, d.reason)
         else:
             assert not library, g
@@ -168,7 +169,7 @@ def test_every_plan_is_valid_legal_and_exact(graph):
         for target in TARGETS:
             plan = PLANNERS[strategy](graph, target)
             assert plan.graph is graph
-            check_plan(plan, reach)
+            check_plan(plan, reach, target)
             assert (plan.num_kernels + plan.num_library_calls
                     <= base.num_kernels + base.num_library_calls), (strategy, target)
             same_outputs(Program(plan)(inputs), want)
