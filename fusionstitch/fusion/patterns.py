@@ -110,6 +110,15 @@ class Legality:
         if not any(graph[n].op in SIMPLE_REDUCTIONS or graph[n].op in FUSIBLE_DOTS or
                    (self.max_recompute and graph[n].op in _BRANCHING) for n in key):
             return Decision.allow()   # pointwise groups with known ops lower, no recompute
+        comps = components(graph, key)
+        if len(comps) > 1:
+            # independent components lower independently (each its own part of the
+            # kernel, with its own recompute budget): check each, remembered on its own
+            for comp in comps:
+                d = self.check(comp)
+                if not d:
+                    return d
+            return Decision.allow()
         try:
             k = lower_cached(self.graph, sorted(key, key=self.position.__getitem__))
         except Unsupported as e:
