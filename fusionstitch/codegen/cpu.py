@@ -291,12 +291,20 @@ def _specialize(e: E.Expr, values: dict[str, int]) -> tuple[E.Expr, list[tuple[E
         needed = [k for k, s in enumerate(sizes) if not (isinstance(s, E.Const) and s.value == 1)]
         if sorted(by_k) != needed or any(len(v) != 1 for v in by_k.values()):
             continue
-        pairs = [(split[by_k[k][0]][1], E.product(sizes[k + 1:])) for k in needed]
+        # the strides of a row-major unravelling of `base`, scaled by the last digit's
+        # stride m (m = 1: base itself; m = a row length: the rows of a [x, r] tensor)
+        m = split[by_k[needed[-1]][0]][1]
+        mv = _lowering_value(m, values)
+        if not mv or _lowering_value(E.product(sizes[needed[-1] + 1:]), values) != 1:
+            continue
+        if mv == 1:
+            m = E.ONE        # expected contiguous: a run-time check, then unit stride
+        pairs = [(split[by_k[k][0]][1], E.mul(E.product(sizes[k + 1:]), m)) for k in needed]
         # (a constant stride against a size sym would make the dense version size-specific)
         if all(_lowering_value(c, values) == _lowering_value(w, values) and
                (c == w or not isinstance(c, E.Const)) for c, w in pairs):
             conds += [(c, w) for c, w in pairs if c != w]
-            collapsed[min(v[0] for v in by_k.values())] = base
+            collapsed[min(v[0] for v in by_k.values())] = base if m == E.ONE else E.mul(base, m)
             done.update(v[0] for v in by_k.values())
     out: list[E.Expr] = []
     for i, (pos, coef) in enumerate(split):

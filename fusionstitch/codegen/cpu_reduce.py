@@ -30,17 +30,23 @@ _CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 
 
 def column_major(c: Component, specialize, expected) -> bool:
-    """Whether most loads of `c`'s loops read consecutive memory along x but not along r
-    (in the dense version: `specialize` is cpu._specialize)."""
+    """Whether most loads of `c`'s loops that stream through memory (their index depends
+    on both x and r) read consecutive memory along x but not along r (in the dense
+    version: `specialize` is cpu._specialize)."""
     along_x = along_r = 0
+    r = E.Var("r")
     for loop in c.loops:
         for s in loop.body:
             if not isinstance(s, Load):
                 continue
             e = specialize(s.index, expected)[0]
+            if not {"r", "x"} <= E.free_vars(e):
+                continue      # per x (a channel's weight) or per r (a row's mean): not streams
             terms = e.terms if isinstance(e, E.Add) else (e,)
             along_x += E.Var("x") in terms
-            along_r += E.Var("r") in terms
+            # r itself, or the last digit of an unravelled r (rows of the last dim)
+            along_r += any(t == r or (isinstance(t, E.Digit) and t.base == r
+                                      and t.k == len(t.sizes) - 1) for t in terms)
     return along_x > 0 and along_x > along_r
 
 

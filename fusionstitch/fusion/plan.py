@@ -15,6 +15,10 @@ from ..ir.ops import Category, lookup
 from ..schedule.propagate import FUSIBLE_DOTS
 
 KERNEL, LIBRARY, FREE = "kernel", "library", "free"
+# Views that only relabel the elements of their input (see detach_views)
+_RESHAPES = frozenset({"view.default", "_unsafe_view.default", "reshape.default",
+                       "alias.default", "squeeze.default", "squeeze.dim", "squeeze.dims",
+                       "unsqueeze.default"})
 
 
 def node_kind(node: Node) -> str:
@@ -161,13 +165,53 @@ def quotient(graph: Graph, groups) -> Quotient:
     return Quotient(units, owner, succ, position)
 
 
+def detach_views(graph: Graph, names) -> frozenset:
+    """`names` without the views (reshapes, aliases, expands) a kernel would only copy:
+
+    - a reshape of a value from outside the group: it runs before the kernel, which
+      reads the source's memory through it (else a kernel storing the reshape,
+      `view(addmm)` saved for the backward, copies it). Only reshapes: they keep a
+      contiguous source contiguous, which the kernels' dense versions expect;
+    - a view that only leaves the group while its source leaves it too: the kernel
+      would store the same elements twice (AOTAutograd saves `alias(relu(x))` next
+      to `relu(x)`); it runs after the kernel, a real view of the stored source.
+
+    Alone, such a view is a free group: a view as eager gives, no data moved."""
+    names = set(names)
+    if len(names) < 2:
+        return frozenset(names)
+    outputs = graph.output_names
+    changed = True
+    while changed:
+        changed = False
+        for n in sorted(names):
+            node = graph[n]
+            if (node_kind(node) != FREE or lookup(node.op).category == Category.TUPLE
+                    or not node.inputs):
+                continue
+            src = node.inputs[0]
+            if src not in names and node.op in _RESHAPES:
+                names.discard(n)
+                changed = True
+                continue
+            if any(u in names for u in graph.users[n]):
+                continue
+            if src in outputs or any(u not in names and u != n for u in graph.users[src]):
+                names.discard(n)
+                changed = True
+    return frozenset(names)
+
+
 def plan_from_groups(graph: Graph, groups, strategy: str, compose=None) -> FusionPlan:
     """A FusionPlan from disjoint node sets; uncovered ops become singleton groups.
 
     Groups are put in dependency order (ties broken by their first node's
     position, so plans are deterministic). `compose(graph, names)` labels
     multi-op kernel groups (default: "fused"). Raises ValueError on a cycle.
+    Views a group would store next to their source are taken after it instead
+    (`detach_views`).
     """
+    groups = [detach_views(graph, g) for g in groups]
     q = quotient(graph, groups)
     members, succ, position = q.units, q.succ, q.position
     # dependency order of groups (Kahn, smallest first position first)

@@ -31,3 +31,23 @@ def test_validate_rejects_missing_duplicate_and_misordered():
                    "t").validate()
     with pytest.raises(ValueError, match="dependency order"):
         FusionPlan(g, (Group(0, ("z",), KERNEL), Group(1, ("y", "v"), KERNEL)), "t").validate()
+
+
+def test_views_are_not_stored_next_to_their_source():
+    from fusionstitch.fusion.plan import detach_views, plan_from_groups
+    from fusionstitch.ir.text import parse
+    g = parse("""graph saved(%x: f32[8,16], %y: f32[8,16]) {
+  %v: f32[128] = view.default(%y, [128])
+  %e: f32[128] = exp.default(%v)
+  %r: f32[8,16] = relu.default(%x)
+  %a: f32[8,16] = alias.default(%r)
+  %t: f32[16,8] = permute.default(%r, [1, 0])
+  %u: f32[16,8] = neg.default(%t)
+  return (%r, %a, %e, %u)
+}""")
+    # %a only leaves the group while %r leaves it too: a view of the stored %r. %v reshapes
+    # an input: the kernel reads %y through it. %t is read inside the group: kept.
+    assert detach_views(g, {"v", "e", "r", "a", "t", "u"}) == {"e", "r", "t", "u"}
+    plan = plan_from_groups(g, [{"v", "e", "r", "a", "t", "u"}], "test")
+    assert [grp.kind for grp in plan.groups if "a" in grp.nodes] == [FREE]
+    assert [grp.nodes for grp in plan.groups if grp.kind == KERNEL] == [("e", "r", "t", "u")]

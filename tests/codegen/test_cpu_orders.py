@@ -1,0 +1,72 @@
+"""Which loop order and which dense indexing the cpu printer picks for real groups
+(codegen/cpu_reduce.column_major, cpu._specialize), and views kept out of kernels."""
+import pytest
+import torch
+
+import fusionstitch
+from fusionstitch.codegen import cpu
+from fusionstitch.codegen.lower import lower_group
+from fusionstitch.fusion.plan import FREE, KERNEL
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    torch._dynamo.reset()
+
+
+def kernel_sources(fn, *args):
+    with torch.no_grad():
+        rep = fusionstitch.explain(fn, *args, target="cpu")
+    out = []
+    for g in rep.graphs:
+        for grp in g.plan.groups:
+            if grp.kind == KERNEL:
+                out.append(cpu.cpp_source(lower_group(g.plan.graph, grp.nodes, "k")))
+    return rep, out
+
+
+def test_channel_statistics_run_in_rows_not_columns():
+    # per-channel sums of NCHW: x is the channel (stride H*W), r runs along W contiguously;
+    # the per-channel weight is read once per x and must not make it look column-major
+    w = torch.randn(16)
+
+    def f(x):
+        return (x * w.view(1, -1, 1, 1)).sum((0, 2, 3))
+    _, (src,) = kernel_sources(f, torch.randn(4, 16, 8, 8))
+    assert "columns:" not in src and "reduce" in src
+
+
+def test_column_sums_with_per_row_vectors_run_in_columns():
+    # a layer-norm weight gradient: sum over rows of g * (x - mean[row]) * rstd[row]
+    def f(g, x, mean, rstd):
+        return (g * (x - mean) * rstd).sum((0, 1))
+    args = (torch.randn(4, 32, 64), torch.randn(4, 32, 64), torch.randn(4, 32, 1),
+            torch.randn(4, 32, 1))
+    _, srcs = kernel_sources(f, *args)
+    assert any("columns:" in s for s in srcs)
+
+
+def test_rows_of_an_unravelled_x_read_with_one_stride():
+    # a [4, 32, 64] input read as 128 rows of 64: the dense version reads in0[x * s + r]
+    def f(x):
+        return torch.softmax(x, -1)
+    _, (src,) = kernel_sources(f, torch.randn(4, 32, 64))
+    dense = src[src.index("// dense"):]
+    assert "(x * in0_s1) + r]" in dense and "x / " not in dense.split("} else {")[0]
+
+
+def test_a_value_and_its_alias_are_stored_once():
+    def f(x):
+        y = torch.relu(x * 2)
+        return y, y.view(-1)
+    x = torch.randn(8, 16)
+    rep, srcs = kernel_sources(f, x)
+    (src,) = srcs
+    assert src.count("out1[") == 0, "the view is taken after the kernel, not stored again"
+    plan = rep.graphs[0].plan
+    assert any(grp.kind == FREE and plan.graph[grp.nodes[0]].op == "view.default"
+               for grp in plan.groups)
+    c = torch.compile(f, backend=fusionstitch.backend(target="cpu"))
+    a, b = c(x)
+    torch.testing.assert_close(a, f(x)[0])
+    assert b.data_ptr() == a.data_ptr(), "the view shares the stored output's memory"
