@@ -28,7 +28,7 @@ from ..ir.graph import CONSTANT, PARAMETER, Graph, TensorType, TupleType
 from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, _numel, components,
                                   component_space, escaping_values)
 from . import expr as E
-from .kernel import Buffer, Component, Constant, Index, Kernel, Load, Loop, Op, Store
+from .kernel import Buffer, Component, Constant, Index, Kernel, Load, Loop, Op, Reduce, Store
 
 INT32_LIMIT = 2**31 - 1
 HALF = frozenset({"f16", "bf16"})
@@ -332,9 +332,12 @@ def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
         for p in range(2 if graph[r].op in _TWO_PASS else 1):
             passes.append((levels[r] + p, r, p))
     depth = max((lv for lv, _, _ in passes), default=-1) + 1
+    first = None      # loop 0's scope and mask
     for lv in range(depth):
         L.scope = _Scope()
         L.mask = L.op("and", ("xmask", "rmask"), "b8")
+        if lv == 0:
+            first = (L.scope, L.mask)
         results = []
         for _, r, p in sorted(x for x in passes if x[0] == lv):
             results.extend(reduction_loop_bodies(L, r, p))
@@ -346,6 +349,12 @@ def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
     per_element = [(n, el, t) for n in names if n in L.escaping
                    for el, t in _tensor_parts(L, n)
                    if t.numel == space.numel and t.numel != space.blocks and t.numel]
+    done = {(n, el) for n, el, _ in per_element}
+    if per_element and first is not None:
+        # an output that reads no reduction result is stored by loop 0 itself, sharing
+        # what that loop computes anyway (a gradient and its bias-gradient column sum)
+        per_element = [item for item in per_element if not _store_early(L, first, *item, space)]
+        loops[0] = Loop(tuple(first[0].stmts))
     if per_element:
         L.scope = _Scope()
         L.mask = L.op("and", ("xmask", "rmask"), "b8")
@@ -354,7 +363,6 @@ def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
         loops.append(Loop(tuple(L.scope.stmts)))
     L.scope = _Scope()
     L.mask = "xmask"
-    done = {(n, el) for n, el, _ in per_element}
     for n in names:
         if n not in L.escaping:
             continue
@@ -371,6 +379,42 @@ def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
                                   f"per-element nor per-row in {space}")
     return Component("reduce", L.size(space.blocks), L.size(space.row), tuple(loops),
                      tuple(L.scope.stmts))
+
+
+def _stmt_reads(st) -> set[str]:
+    """Variables a statement reads (its arguments, masks and gathered index values)."""
+    out: set[str] = set()
+    for attr in ("args",):
+        out.update(getattr(st, attr, ()) or ())
+    for attr in ("value", "mask"):
+        v = getattr(st, attr, None)
+        if isinstance(v, str):
+            out.add(v)
+    idx = getattr(st, "index", None)
+    if isinstance(idx, E.Expr):
+        out.update(E.free_vars(idx) - {"x", "r", "y", "z", "b"})
+    return out
+
+
+def _store_early(L: Lowerer, first, name: str, element, t: TensorType, space) -> bool:
+    """Store a per-element output inside loop 0 if its value reads no reduction result
+    (nothing defined outside that loop); else leave loop 0 as it was and say False."""
+    scope, mask = first
+    stmts, memo, outputs = list(scope.stmts), dict(scope.memo), len(L.outputs)
+    saved = L.scope, L.mask
+    L.scope, L.mask = scope, mask
+    try:
+        _store(L, name, element, t, element_index(L, space, t))
+    finally:
+        L.scope, L.mask = saved
+    # (a Reduce's result exists only after the loop)
+    defined = {"xmask", "rmask"} | {st.var for st in scope.stmts
+                                    if hasattr(st, "var") and not isinstance(st, Reduce)}
+    if all(_stmt_reads(st) <= defined for st in scope.stmts[len(stmts):]):
+        return True
+    scope.stmts[:], scope.memo = stmts, memo
+    del L.outputs[outputs:]
+    return False
 
 
 def element_index(L: Lowerer, space, t: TensorType) -> tuple[E.Expr, ...]:

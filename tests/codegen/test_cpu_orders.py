@@ -70,3 +70,22 @@ def test_a_value_and_its_alias_are_stored_once():
     a, b = c(x)
     torch.testing.assert_close(a, f(x)[0])
     assert b.data_ptr() == a.data_ptr(), "the view shares the stored output's memory"
+
+
+def test_outputs_that_read_no_reduction_are_stored_by_the_reducing_loop():
+    # the gradient and its bias-gradient column sum: one pass over the data, not two
+    from fusionstitch.codegen.kernel import kernel_text
+    from fusionstitch.codegen.lower import lower_group
+
+    def f(x):
+        y = torch.relu(x) * 2
+        return y, y.sum(0)
+    x = torch.randn(8, 16)
+    rep = fusionstitch.explain(f, x, strategy="none", target="cpu")
+    g = rep.graphs[0].plan.graph
+    k = lower_group(g, [n.name for n in g.nodes if n.op != "parameter"], "k")
+    (c,) = k.components
+    assert len(c.loops) == 1, kernel_text(k)
+    c = torch.compile(f, backend=fusionstitch.backend(target="cpu"))
+    for got, want in zip(c(x), f(x)):
+        torch.testing.assert_close(got, want)
