@@ -106,14 +106,14 @@ def _checksum(groups) -> str:
 def _read(key: str) -> tuple[str, tuple] | None:
     """The stored (strategy, groups) of `key`, or None (missing, unreadable, corrupt, another
     key)."""
-    path = _path(key)
     try:
+        path = _path(key)
         with open(path, encoding="utf-8") as f:
             entry = json.load(f)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
-        log.debug("plan cache: ignoring unreadable %s: %s", path, e)
+    except (OSError, ValueError) as e:   # also a cache folder that cannot be made
+        log.debug("plan cache: ignoring unreadable entry %s: %s", key, e)
         return None
     try:
         if entry["format"] != FORMAT or entry["key"] != key:
@@ -165,7 +165,7 @@ def load(graph: Graph, key: str) -> FusionPlan | None:
         return None
     try:
         plan = _rebuild(graph, *entry)
-    except ValueError as e:
+    except (ValueError, TypeError, KeyError) as e:   # TypeError: e.g. a list where a name is
         log.debug("plan cache: entry %s is not a plan of %s (%s); planning again",
                   key, graph.name, e)
         _MEMORY.pop(key, None)

@@ -132,6 +132,30 @@ def test_a_flipped_group_kind_is_not_trusted(fresh_cache):
     assert counts() == (0, 2) and plan.num_kernels >= 1
 
 
+def test_an_entry_of_the_wrong_types_is_not_trusted(fresh_cache):
+    g = softmax_then_scale(8, 32)
+    make_plan(g, "stitch", "cpu")
+    (name,) = entries(fresh_cache)
+    path = fresh_cache / "plans" / name
+    entry = json.loads(path.read_text())
+    entry["groups"] = [[nodes, [kind], {"c": comp}] for nodes, kind, comp in entry["groups"]]
+    entry["checksum"] = plan_cache._checksum(entry["groups"])
+    path.write_text(json.dumps(entry))
+    clear_memory_caches()
+    make_plan(g, "stitch", "cpu")
+    assert counts() == (0, 2)
+
+
+def test_a_cache_folder_that_cannot_be_made_only_costs_the_cache(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("FUSIONSTITCH_CACHE_DIR", str(blocker))
+    for _ in range(2):
+        plan = make_plan(softmax_then_scale(8, 32), "stitch", "cpu")
+    assert plan.num_kernels >= 1
+    assert counts() == (1, 1)   # the memory layer still works
+
+
 @pytest.mark.parametrize("value", ["0", "off", "false"])
 def test_the_knob_turns_the_cache_off(value, fresh_cache, monkeypatch):
     monkeypatch.setenv("FUSIONSTITCH_PLAN_CACHE", value)
