@@ -22,6 +22,12 @@ def debug_dir() -> str | None:
     return os.environ.get("FUSIONSTITCH_DEBUG_DIR") or None
 
 
+def plan_cache_enabled() -> bool:
+    """FUSIONSTITCH_PLAN_CACHE=0 turns the plan cache off (on by default)."""
+    return os.environ.get("FUSIONSTITCH_PLAN_CACHE", "1").strip().lower() not in (
+        "0", "false", "no", "off")
+
+
 def verify_enabled() -> bool:
     """FUSIONSTITCH_VERIFY=1: run the IR verifier between passes (debug mode)."""
     return env_flag("FUSIONSTITCH_VERIFY")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from ..ir.graph import Graph
 from .plan import FREE, KERNEL, LIBRARY, FusionPlan, Group, plan_none
@@ -28,7 +29,15 @@ _warned: set[str] = set()
 CODEGEN_TARGETS = ("cuda", "interpret", "cpu")
 
 
+# the planners as registered: a replaced one (tests) bypasses the plan cache
+_REGISTERED = dict(PLANNERS)
+
+
 def make_plan(graph: Graph, strategy: str, target: str) -> FusionPlan:
+    """The plan that runs: the strategy's plan, then code-generation legality (targets
+    that generate kernels). Loaded from the plan cache when this graph was planned before
+    (stage `plan_cache`), else planned and stored there."""
+    from . import plan_cache
     planner = PLANNERS.get(strategy)
     if planner is None:
         if strategy not in _warned:
@@ -36,11 +45,26 @@ def make_plan(graph: Graph, strategy: str, target: str) -> FusionPlan:
             log.warning("strategy %r is not implemented yet; planning as 'none' (unfused)",
                         strategy)
         planner = PLANNERS["none"]
+    key = None
+    if plan_cache.enabled() and planner is _REGISTERED.get(strategy, _REGISTERED["none"]):
+        start = time.perf_counter()
+        key = plan_cache.plan_key(graph, strategy, target)
+        cached = plan_cache.load(graph, key)
+        if cached is not None:   # its one stage: the look-up, key included
+            return cached.with_stages({plan_cache.HIT_STAGE: time.perf_counter() - start})
+        lookup = time.perf_counter() - start
     plan = planner(graph, target)
     if target in CODEGEN_TARGETS:
         from .codegen_legal import legalize
-        plan = legalize(plan, target)
+        start = time.perf_counter()
+        plan = legalize(plan, target).with_stages(
+            {**dict(plan.stages), "legalize": time.perf_counter() - start})
     plan.validate()
+    if key is not None:
+        start = time.perf_counter()
+        plan_cache.store(plan, target, key)
+        plan = plan.with_stages({**dict(plan.stages),
+                                 "plan_cache_miss": lookup + time.perf_counter() - start})
     return plan
 
 

@@ -21,6 +21,7 @@ REPRO = '''"""Repro for graph {graph}: python repro.py  (strategy {strategy}, ta
 Re-runs canonicalisation and planning on 01_frontend.txt, executes the plan and the
 unfused graph on the same random inputs, and prints the largest difference.
 """
+import os
 import pathlib
 
 import torch
@@ -30,6 +31,7 @@ from fusionstitch.ir.text import parse
 from fusionstitch.passes.pipeline import canonicalize
 from fusionstitch.runtime.program import Program
 
+os.environ.setdefault("FUSIONSTITCH_PLAN_CACHE", "0")  # plan again, never load the plan
 here = pathlib.Path(__file__).parent
 graph = canonicalize(parse((here / "01_frontend.txt").read_text()), verify=True)
 plan = make_plan(graph, "{strategy}", "{target}")

@@ -1,8 +1,10 @@
 """Process-wide counters behind `fusionstitch.stats()` (see DESIGN.md)."""
 from __future__ import annotations
 
+# cache_hits / kernels_compiled: kernels; plan_cache_hits / plan_cache_misses: fusion
+# plans looked up in the plan cache (fusion/plan_cache.py; a bypassed look-up is neither)
 _KEYS = ("kernels_launched", "library_calls", "compiles", "cache_hits", "fallbacks",
-         "kernels_compiled", "inplace_writes")
+         "kernels_compiled", "inplace_writes", "plan_cache_hits", "plan_cache_misses")
 _COUNTERS: dict[str, int] = dict.fromkeys(_KEYS, 0)
 
 

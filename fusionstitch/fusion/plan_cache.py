@@ -1,0 +1,202 @@
+"""A cache of final fusion plans (after code-generation legality), in memory and on disk.
+
+A warm start (a new compile of a graph planned before) loads its plan instead of
+planning again: the stitch planner takes seconds on graphs of thousands of ops.
+
+The key is everything the plan depends on:
+- the graph's exact IR text (`ir.text.print_graph`, less the graph's name, which
+  is a process-wide counter): graphs are specialised to concrete sizes, so the
+  text holds every shape, dtype, literal and node name the planner reads;
+- the strategy and the resolved target;
+- `fusionstitch.__version__` and a digest of the package's own sources: the
+  planner's thresholds and rules are code, and a development tree changes them
+  without a new version number;
+- the torch and scipy versions (op decompositions, the HiGHS ILP solver).
+Planning that reads anything else does not use the cache: `FUSIONSTITCH_FUEL`
+set, a planner replaced in `PLANNERS`, or a `score_hook` (only `plan_stitch`
+takes one, and `make_plan`, the one caller of this cache, passes none).
+
+The value is the plan's groups (node names, kind, composition) and the stages of
+the planning run that made it (kept for reading, not reported again). Files are
+`cache_dir("plans")/<key>.json`, written to a temporary file and renamed into
+place (as the kernel caches do). An entry that does not load, does not match its
+key or checksum, or does not give a valid plan for the graph is ignored (logged at
+DEBUG) and the graph is planned again: a bad entry costs time, never a result.
+`FUSIONSTITCH_PLAN_CACHE=0` turns the cache off.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
+
+from ..config import plan_cache_enabled
+from ..ir.graph import Graph
+from ..ir.text import print_graph
+from ..runtime import counters
+from ..runtime.cache import cache_dir, digest
+from .plan import FREE, KERNEL, LIBRARY, FusionPlan, Group, is_input, node_kind
+
+log = logging.getLogger("fusionstitch.fusion")
+
+# Bump when the file layout changes: older files then miss instead of failing to load.
+FORMAT = 1
+# The stage a loaded plan reports: its seconds are the time the look-up took.
+HIT_STAGE = "plan_cache"
+
+# key -> (the plan's strategy, its groups as stored: ((nodes, kind, composition), ...))
+_MEMORY: dict[str, tuple[str, tuple]] = {}
+
+
+def enabled() -> bool:
+    """Whether planning may use the cache now (the knob and the fuel knob)."""
+    return plan_cache_enabled() and os.environ.get("FUSIONSTITCH_FUEL") in (None, "")
+
+
+@lru_cache(maxsize=1)
+def _code_stamp() -> str:
+    """A digest of this package's Python sources (what decides plans besides the graph)."""
+    root = Path(__file__).resolve().parent.parent
+    parts = []
+    for path in sorted(root.rglob("*.py")):
+        parts += [str(path.relative_to(root)), path.read_text(errors="replace")]
+    return digest(*parts)
+
+
+@lru_cache(maxsize=1)
+def _versions() -> str:
+    import torch
+
+    from .. import __version__
+    try:
+        import scipy
+        scipy_version = scipy.__version__
+    except ImportError:  # the ILP falls back to greedy selection
+        scipy_version = "none"
+    return f"fusionstitch {__version__}, torch {torch.__version__}, scipy {scipy_version}"
+
+
+def graph_text(graph: Graph) -> str:
+    """The graph's IR text without its name (names are counters: forward_0, forward_7)."""
+    return print_graph(replace(graph, name="g"))
+
+
+def plan_key(graph: Graph, strategy: str, target: str) -> str:
+    return digest(f"plan-cache {FORMAT}", _versions(), _code_stamp(), strategy, target,
+                  graph_text(graph))
+
+
+def _path(key: str) -> Path:
+    return cache_dir("plans") / f"{key}.json"
+
+
+def _encode(plan: FusionPlan) -> tuple[str, tuple]:
+    return plan.strategy, tuple((g.nodes, g.kind, g.composition) for g in plan.groups)
+
+
+def _checksum(groups) -> str:
+    return digest(json.dumps(groups, separators=(",", ":")))
+
+
+def _read(key: str) -> tuple[str, tuple] | None:
+    """The stored (strategy, groups) of `key`, or None (missing, unreadable, corrupt, another
+    key)."""
+    try:
+        path = _path(key)
+        with open(path, encoding="utf-8") as f:
+            entry = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:   # also a cache folder that cannot be made
+        log.debug("plan cache: ignoring unreadable entry %s: %s", key, e)
+        return None
+    try:
+        if entry["format"] != FORMAT or entry["key"] != key:
+            raise ValueError("format or key does not match")
+        groups = entry["groups"]
+        if entry["checksum"] != _checksum(groups):
+            raise ValueError("checksum does not match")
+        if not isinstance(entry["strategy"], str):
+            raise ValueError("no strategy")
+        return entry["strategy"], tuple((tuple(nodes), kind, comp) for nodes, kind, comp in groups)
+    except (KeyError, TypeError, ValueError) as e:
+        log.debug("plan cache: ignoring %s: %s", path, e)
+        return None
+
+
+def _rebuild(graph: Graph, strategy: str, groups: tuple) -> FusionPlan:
+    """The plan of `graph` with these groups; ValueError when they cannot be its plan."""
+    position = {n.name: i for i, n in enumerate(graph.nodes) if not is_input(n)}
+    out = []
+    for i, (nodes, kind, comp) in enumerate(groups):
+        if not nodes or not all(isinstance(n, str) and n in position for n in nodes):
+            raise ValueError(f"group {i} names nodes that are not ops of the graph")
+        if any(position[a] >= position[b] for a, b in zip(nodes, nodes[1:])):
+            raise ValueError(f"group {i}: nodes are not in graph order")
+        if not isinstance(comp, str):
+            raise ValueError(f"group {i} has no composition")
+        kinds = {node_kind(graph[n]) for n in nodes}
+        if len(nodes) == 1:
+            # code-generation legality may run a kernel op through torch
+            ok = kind in kinds or (kinds == {KERNEL} and kind == LIBRARY)
+        else:
+            ok = kind == (FREE if kinds == {FREE} else KERNEL)
+        if not ok:
+            raise ValueError(f"group {i} cannot be a {kind!r} group")
+        out.append(Group(i, tuple(nodes), kind, comp))
+    plan = FusionPlan(graph, tuple(out), strategy)
+    plan.validate()
+    return plan
+
+
+def load(graph: Graph, key: str) -> FusionPlan | None:
+    """The cached plan of `graph` (stage `plan_cache`: the seconds this took), or None."""
+    start = time.perf_counter()
+    entry = _MEMORY.get(key)
+    if entry is None:
+        entry = _read(key)
+    if entry is None:
+        counters.bump("plan_cache_misses")
+        return None
+    try:
+        plan = _rebuild(graph, *entry)
+    except (ValueError, TypeError, KeyError) as e:   # TypeError: e.g. a list where a name is
+        log.debug("plan cache: entry %s is not a plan of %s (%s); planning again",
+                  key, graph.name, e)
+        _MEMORY.pop(key, None)
+        counters.bump("plan_cache_misses")
+        return None
+    _MEMORY[key] = entry
+    counters.bump("plan_cache_hits")
+    return plan.with_stages({HIT_STAGE: time.perf_counter() - start})
+
+
+def store(plan: FusionPlan, target: str, key: str) -> None:
+    """Remember `plan` under `key`, in memory and on disk (a failed write is only logged)."""
+    strategy, groups = _MEMORY[key] = _encode(plan)
+    as_lists = [[list(nodes), kind, comp] for nodes, kind, comp in groups]
+    entry = {"format": FORMAT, "key": key, "strategy": strategy, "target": target,
+             "graph": plan.graph.name, "stages": dict(plan.stages),
+             "checksum": _checksum(as_lists), "groups": as_lists}
+    try:
+        path = _path(key)
+        fd, tmp = tempfile.mkstemp(prefix=key + ".", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(entry, f, separators=(",", ":"))
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except OSError as e:
+        log.debug("plan cache: cannot write %s: %s", key, e)
+
+
+def clear_memory_cache() -> None:
+    """Forget the plans of this process (the disk cache stays)."""
+    _MEMORY.clear()
