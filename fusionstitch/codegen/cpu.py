@@ -436,6 +436,9 @@ class _Printer(ReduceLoops):
         self.expected = _expected_values(kernel)
         self.rowplan = RowPlan()                # row buffers of the reduce component printed
         self.parallel_r = False                 # printing the loops of a one-row component
+        # printing a loop over r with x fixed: index terms that depend on x only (a row's
+        # base offset, often with divisions) are computed once before the loop
+        self.hoisted: dict[str, str] | None = None
 
     # -- helpers
     def emit(self, depth: int, text: str) -> None:
@@ -473,7 +476,21 @@ class _Printer(ReduceLoops):
         def value_name(v: str) -> str:
             c = self.var(v)
             return c if env.get(v, "i64") == "i64" or v in self.int64_vars else f"(int64_t){c}"
-        return E.to_source(_rename_expr(e, value_name, self.sym), floordiv_op="/")
+
+        def text(e: E.Expr) -> str:
+            return E.to_source(_rename_expr(e, value_name, self.sym), floordiv_op="/")
+        if access and self.hoisted is not None:
+            terms = e.terms if isinstance(e, E.Add) else (e,)
+            per_x = [t for t in terms if not isinstance(t, (E.Var, E.Const, E.Sym))
+                     and E.free_vars(t) <= {"x"}]
+            if per_x:
+                base = text(E.add(*per_x))
+                name = self.hoisted.get(base)
+                if name is None:
+                    name = self.hoisted[base] = self.names.fresh("xoff")
+                rest = [t for t in terms if t not in per_x]
+                return name if not rest else f"{name} + {text(E.add(*rest))}"
+        return text(e)
 
     # -- the function
     def function(self) -> str:

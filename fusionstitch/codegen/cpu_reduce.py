@@ -108,7 +108,7 @@ class ReduceLoops:
         """One row buffer per kept value (rowbuf.py), per thread."""
         for buf, dt in self.rowplan.buffers.items():
             ct = ctype(dt)
-            self.emit(depth, f"{ct}* const {self.rowbuf(buf)} = ({ct}*)__builtin_malloc("
+            self.emit(depth, f"{ct}* __restrict__ const {self.rowbuf(buf)} = ({ct}*)__builtin_malloc("
                              f"sizeof({ct}) * (rnumel > 0 ? rnumel : 1));")
 
     def free_row_buffers(self, depth: int) -> None:
@@ -182,6 +182,7 @@ class ReduceLoops:
         accs, clauses, simd = self.accumulators(depth, reduces)
         simd = simd and _simd_safe(body, ("r",))
         self.emit(depth, f"// loop {j} over r")
+        start, self.hoisted = len(self.lines), {}
         reduction = "".join(f" reduction({c})" for c in clauses)
         parallel = None
         if self.parallel_r and simd:
@@ -220,6 +221,10 @@ class ReduceLoops:
             self.emit(depth + 2, "}")
             self.emit(depth + 1, "}")
         self.emit(depth, "}")
+        # the per-x index terms the loop reads, computed once before it
+        self.lines[start:start] = ["    " * depth + f"const int64_t {name} = {base};"
+                                   for base, name in self.hoisted.items()]
+        self.hoisted = None
         # results, visible to later loops and the epilogue
         for red in reduces:
             self.emit(depth, f"const {ctype(red.dtype)} {self.var(red.var)} = "
