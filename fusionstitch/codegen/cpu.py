@@ -104,7 +104,6 @@ compiled) and `cache_hits` (kernels found in the in-process table or on disk).
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import re
 from collections.abc import Callable
 
@@ -113,6 +112,8 @@ import torch
 from ..runtime.cache import digest
 from . import expr as E
 from .cpu_build import FLAGS, CompilerUnavailable, clear_memory_cache, load_library  # noqa: F401
+from .cpu_index import (digit_sizes, expected_values, lowering_value, rename_expr,
+                        specialize, split_rows)
 from .cpu_preamble import PREAMBLE
 from .cpu_types import (CTYPE, FLOATS, HALVES, INTS, STORAGE, WIDE_UNSIGNED, ctype)
 from .kernel import (
@@ -188,166 +189,6 @@ class _Names:
         if key not in self.map:
             self.map[key] = self.fresh(ir_name)
         return self.map[key]
-
-
-def _rename_expr(e: E.Expr, value_name, sym_name) -> E.Expr:
-    """The expression with Value and Sym leaves renamed (to their C spelling)."""
-    if isinstance(e, E.Value):
-        return E.Value(value_name(e.var))
-    if isinstance(e, E.Sym):
-        return dataclasses.replace(e, name=sym_name(e.name))
-    if isinstance(e, (E.Var, E.Const)):
-        return e
-    if isinstance(e, E.Add):
-        return E.Add(tuple(_rename_expr(t, value_name, sym_name) for t in e.terms))
-    if isinstance(e, E.Mul):
-        return E.Mul(tuple(_rename_expr(t, value_name, sym_name) for t in e.factors))
-    if isinstance(e, E.FloorDiv):
-        return E.FloorDiv(_rename_expr(e.a, value_name, sym_name),
-                          _rename_expr(e.b, value_name, sym_name))
-    if isinstance(e, E.Mod):
-        return E.Mod(_rename_expr(e.a, value_name, sym_name),
-                     _rename_expr(e.b, value_name, sym_name))
-    if isinstance(e, E.Digit):
-        return E.Digit(_rename_expr(e.base, value_name, sym_name),
-                       tuple(_rename_expr(s, value_name, sym_name) for s in e.sizes), e.k)
-    raise TypeError(e)
-
-
-# ---------------------------------------------------------------------------
-# dense versions: each component is printed twice when its accesses can be simplified
-# for the expected strides, and the simple version runs when the strides at launch are
-# those (contiguous inputs: `in0[x]` instead of a division and a modulo per dimension,
-# and r-loops with unit stride vectorise).
-
-
-def _expected_values(k: Kernel) -> dict[str, int]:
-    """What each sym is expected to be at launch: a stride that `Kernel.bindings` binds
-    to a buffer's dimension is expected row-major for the buffer's shape (contiguous
-    inputs are the common case; lowering does not know the real strides), any other
-    sym its value at lowering time (`Sym.value`)."""
-    shapes = {b.name: b.shape for b in k.buffers}
-    out: dict[str, int] = {}
-    for name, how in k.bindings:
-        if how and how[0] == "stride" and how[1] in shapes:
-            out[name] = 1
-            for n in shapes[how[1]][how[2] + 1:]:
-                out[name] *= n
-    return out
-
-
-def _lowering_value(e: E.Expr, values: dict[str, int]) -> int | None:
-    """The expected value of a size/stride expression (`values`, else Sym.value); None
-    if it reads a loop variable or a loaded value."""
-    if isinstance(e, E.Const):
-        return e.value
-    if isinstance(e, E.Sym):
-        return values.get(e.name, e.value)
-    if isinstance(e, (E.Add, E.Mul)):
-        parts = [_lowering_value(t, values)
-                 for t in (e.terms if isinstance(e, E.Add) else e.factors)]
-        if any(p is None for p in parts):
-            return None
-        total = 0 if isinstance(e, E.Add) else 1
-        for p in parts:
-            total = total + p if isinstance(e, E.Add) else total * p
-        return total
-    if isinstance(e, (E.FloorDiv, E.Mod)):
-        a, b = _lowering_value(e.a, values), _lowering_value(e.b, values)
-        if a is None or not b:
-            return None
-        return a // b if isinstance(e, E.FloorDiv) else a % b
-    return None
-
-
-def _split_term(t: E.Expr, values) -> tuple[E.Expr | None, E.Expr]:
-    """term = position * coefficient, the coefficient free of loop variables and values."""
-    if isinstance(t, E.Mul):
-        pos = [f for f in t.factors if _lowering_value(f, values) is None]
-        if len(pos) == 1:
-            return pos[0], E.mul(*(f for f in t.factors if f is not pos[0]))
-        return None, t
-    if _lowering_value(t, values) is None:
-        return t, E.ONE
-    return None, t
-
-
-def _specialize(e: E.Expr, values: dict[str, int]) -> tuple[E.Expr, list[tuple[E.Expr, E.Expr]]]:
-    """`e` simplified for the expected strides (`_expected_values`), and the equalities
-    that make the simplification exact: a complete unravelling
-    sum(Digit(b, S, k) * stride_k) with row-major strides becomes `b` (assuming
-    0 <= b < prod(S), as for any unravelled index), and a coefficient expected to be 1
-    goes away."""
-    terms = e.terms if isinstance(e, E.Add) else (e,)
-    split = [_split_term(t, values) for t in terms]
-    conds: list[tuple[E.Expr, E.Expr]] = []
-    groups: dict[tuple, dict[int, list[int]]] = {}
-    for i, (pos, coef) in enumerate(split):
-        if isinstance(pos, E.Digit):
-            groups.setdefault((pos.base, pos.sizes), {}).setdefault(pos.k, []).append(i)
-    collapsed: dict[int, E.Expr] = {}       # first term of a collapsed group -> its base
-    done: set[int] = set()
-    for (base, sizes), by_k in groups.items():
-        needed = [k for k, s in enumerate(sizes) if not (isinstance(s, E.Const) and s.value == 1)]
-        if sorted(by_k) != needed or any(len(v) != 1 for v in by_k.values()):
-            continue
-        # the strides of a row-major unravelling of `base`, scaled by the last digit's
-        # stride m (m = 1: base itself; m = a row length: the rows of a [x, r] tensor)
-        m = split[by_k[needed[-1]][0]][1]
-        mv = _lowering_value(m, values)
-        if not mv or _lowering_value(E.product(sizes[needed[-1] + 1:]), values) != 1:
-            continue
-        if mv == 1:
-            m = E.ONE        # expected contiguous: a run-time check, then unit stride
-        pairs = [(split[by_k[k][0]][1], E.mul(E.product(sizes[k + 1:]), m)) for k in needed]
-        # (a constant stride against a size sym would make the dense version size-specific)
-        if all(_lowering_value(c, values) == _lowering_value(w, values) and
-               (c == w or not isinstance(c, E.Const)) for c, w in pairs):
-            conds += [(c, w) for c, w in pairs if c != w]
-            collapsed[min(v[0] for v in by_k.values())] = base if m == E.ONE else E.mul(base, m)
-            done.update(v[0] for v in by_k.values())
-    out: list[E.Expr] = []
-    for i, (pos, coef) in enumerate(split):
-        if i in collapsed:
-            out.append(collapsed[i])
-        elif i in done:
-            continue
-        elif pos is not None and coef != E.ONE and _lowering_value(coef, values) == 1:
-            conds.append((coef, E.ONE))
-            out.append(pos)
-        else:
-            out.append(terms[i])
-    return E.add(*out), conds
-
-
-def _digit_sizes(e: E.Expr, var: str = "x") -> list[tuple[E.Expr, ...]]:
-    """The sizes of every unravelling of loop variable `var` in `e`."""
-    if isinstance(e, E.Digit):
-        own = [e.sizes] if e.base == E.Var(var) else []
-        return own + _digit_sizes(e.base, var) + [s for z in e.sizes
-                                                  for s in _digit_sizes(z, var)]
-    return [s for c in E.children(e) for s in _digit_sizes(c, var)]
-
-
-def _split_rows(e: E.Expr, rows: tuple[E.Expr, ...], var: str = "x") -> E.Expr:
-    """`e` for var = var_o * rows[-1] + var_i (0 <= var_i < rows[-1]): the digits of
-    `var` over `rows` become var_i (the last) and digits of var_o over rows[:-1]."""
-    if isinstance(e, E.Digit):
-        if e.base == E.Var(var) and e.sizes == rows:
-            if e.k == len(rows) - 1:
-                return E.Var(var + "i")
-            return E.Digit(E.Var(var + "o"), rows[:-1], e.k)
-        return E.Digit(_split_rows(e.base, rows, var),
-                       tuple(_split_rows(z, rows, var) for z in e.sizes), e.k)
-    if isinstance(e, E.Add):
-        return E.Add(tuple(_split_rows(t, rows, var) for t in e.terms))
-    if isinstance(e, E.Mul):
-        return E.Mul(tuple(_split_rows(t, rows, var) for t in e.factors))
-    if isinstance(e, E.FloorDiv):
-        return E.FloorDiv(_split_rows(e.a, rows, var), _split_rows(e.b, rows, var))
-    if isinstance(e, E.Mod):
-        return E.Mod(_split_rows(e.a, rows, var), _split_rows(e.b, rows, var))
-    return e
 
 
 def _simd_safe(body, loop_vars: tuple[str, ...]) -> bool:
@@ -433,7 +274,7 @@ class _Printer(ReduceLoops):
         self.rows: tuple[E.Expr, ...] | None = None   # printing a flat loop split in rows
         self.rrows: tuple[E.Expr, ...] | None = None  # printing a loop over r split in rows
         self.acc_names: dict[str, tuple[str, str | None]] = {}
-        self.expected = _expected_values(kernel)
+        self.expected = expected_values(kernel)
         self.rowplan = RowPlan()                # row buffers of the reduce component printed
         self.parallel_r = False                 # printing the loops of a one-row component
         # printing a loop over r with x fixed: index terms that depend on x only (a row's
@@ -467,18 +308,18 @@ class _Printer(ReduceLoops):
         """C text of an index expression (`access`: of a load/store, specialised in the
         dense version of a component)."""
         if access and self.fast:
-            e = _specialize(e, self.expected)[0]
+            e = specialize(e, self.expected)[0]
         if self.rows is not None:
-            e = _split_rows(e, self.rows)
+            e = split_rows(e, self.rows)
         if self.rrows is not None:
-            e = _split_rows(e, self.rrows, "r")
+            e = split_rows(e, self.rrows, "r")
 
         def value_name(v: str) -> str:
             c = self.var(v)
             return c if env.get(v, "i64") == "i64" or v in self.int64_vars else f"(int64_t){c}"
 
         def text(e: E.Expr) -> str:
-            return E.to_source(_rename_expr(e, value_name, self.sym), floordiv_op="/")
+            return E.to_source(rename_expr(e, value_name, self.sym), floordiv_op="/")
         if access and self.hoisted is not None:
             terms = e.terms if isinstance(e, E.Add) else (e,)
             per_x = [t for t in terms if not isinstance(t, (E.Var, E.Const, E.Sym))
@@ -544,12 +385,12 @@ class _Printer(ReduceLoops):
         self.emit(1, "}")
 
     def dense_conditions(self, c: Component) -> list[str]:
-        """Run-time tests under which `_specialize` holds for every access of `c`."""
+        """Run-time tests under which `specialize` holds for every access of `c`."""
         found: list[tuple[E.Expr, E.Expr]] = []
         for body in [c.body] + [loop.body for loop in c.loops]:
             for s in body:
                 if isinstance(s, (Load, Store)):
-                    found += _specialize(s.index, self.expected)[1]
+                    found += specialize(s.index, self.expected)[1]
         out = []
         for a, b in found:
             text = f"{self.index(a, {})} == {self.index(b, {})}"
@@ -613,12 +454,12 @@ class _Printer(ReduceLoops):
         count: dict[tuple[E.Expr, ...], int] = {}
         for s in body:
             if isinstance(s, (Load, Store, Index)):
-                e = _specialize(s.index, self.expected)[0] \
+                e = specialize(s.index, self.expected)[0] \
                     if self.fast and not isinstance(s, Index) else s.index
-                for sizes in _digit_sizes(e, var):
+                for sizes in digit_sizes(e, var):
                     count[sizes] = count.get(sizes, 0) + 1
         for sizes in sorted(count, key=count.get, reverse=True):
-            last = _lowering_value(sizes[-1], self.expected)
+            last = lowering_value(sizes[-1], self.expected)
             if len(sizes) >= 2 and (last is None or last >= MIN_ROW):
                 return sizes
         return None

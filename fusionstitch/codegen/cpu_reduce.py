@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from . import expr as E
 from .cpu_build import CompilerUnavailable
+from .cpu_index import specialize
 from .cpu_types import (FLOATS, HALVES, INT_LIMITS, INTS, REDUCE_INIT_FLOAT, WIDE_UNSIGNED,
                         ctype)
 from .kernel import Component, Load, Reduce
@@ -32,7 +33,7 @@ _CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 def column_major(c: Component, specialize, expected) -> bool:
     """Whether most loads of `c`'s loops that stream through memory (their index depends
     on both x and r) read consecutive memory along x but not along r (in the dense
-    version: `specialize` is cpu._specialize)."""
+    version: `specialize` is cpu_index.specialize)."""
     along_x = along_r = 0
     r = E.Var("r")
     for loop in c.loops:
@@ -54,11 +55,11 @@ class ReduceLoops:
     """Printing of reduce components; mixed into cpu._Printer."""
 
     def reduce_component(self, depth: int, c: Component) -> None:
-        from .cpu import PARALLEL_GRAIN, _specialize
+        from .cpu import PARALLEL_GRAIN
         if c.xnumel == E.ONE:
             self.single_row(depth, c)
             return
-        if self.fast and column_major(c, _specialize, self.expected):
+        if self.fast and column_major(c, specialize, self.expected):
             self.columns(depth, c)
             return
         self.rowplan = plan_rows(c)

@@ -12,13 +12,11 @@ from dataclasses import dataclass
 
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Node
 from ..ir.ops import Category, lookup
+from ..passes.simplify import RESHAPES
 from ..schedule.propagate import FUSIBLE_DOTS
 
 KERNEL, LIBRARY, FREE = "kernel", "library", "free"
-# Views that only relabel the elements of their input (see detach_views)
-_RESHAPES = frozenset({"view.default", "_unsafe_view.default", "reshape.default",
-                       "alias.default", "squeeze.default", "squeeze.dim", "squeeze.dims",
-                       "unsqueeze.default"})
+
 
 
 def node_kind(node: Node) -> str:
@@ -190,7 +188,7 @@ def detach_views(graph: Graph, names) -> frozenset:
                     or not node.inputs):
                 continue
             src = node.inputs[0]
-            if src not in names and node.op in _RESHAPES:
+            if src not in names and node.op in RESHAPES:
                 names.discard(n)
                 changed = True
                 continue

@@ -1,5 +1,5 @@
 """Which loop order and which dense indexing the cpu printer picks for real groups
-(codegen/cpu_reduce.column_major, cpu._specialize), and views kept out of kernels."""
+(codegen/cpu_reduce.column_major, cpu_index.specialize), and views kept out of kernels."""
 import pytest
 import torch
 

@@ -1,0 +1,175 @@
+"""Index expressions of the C++ printer (codegen/cpu.py).
+
+- `specialize`: the dense version of a component. Each component is printed twice
+  when its accesses simplify for the expected strides (contiguous inputs: `in0[x]`
+  instead of a division and a modulo per dimension; r-loops with unit stride
+  vectorise), with the run-time checks that pick the version;
+- `split_rows`: a loop variable split into rows (x = xo * xinner + xi);
+- `rename_expr`: leaves renamed to their C spelling.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from . import expr as E
+from .kernel import Kernel
+
+
+def rename_expr(e: E.Expr, value_name, sym_name) -> E.Expr:
+    """The expression with Value and Sym leaves renamed (to their C spelling)."""
+    if isinstance(e, E.Value):
+        return E.Value(value_name(e.var))
+    if isinstance(e, E.Sym):
+        return dataclasses.replace(e, name=sym_name(e.name))
+    if isinstance(e, (E.Var, E.Const)):
+        return e
+    if isinstance(e, E.Add):
+        return E.Add(tuple(rename_expr(t, value_name, sym_name) for t in e.terms))
+    if isinstance(e, E.Mul):
+        return E.Mul(tuple(rename_expr(t, value_name, sym_name) for t in e.factors))
+    if isinstance(e, E.FloorDiv):
+        return E.FloorDiv(rename_expr(e.a, value_name, sym_name),
+                          rename_expr(e.b, value_name, sym_name))
+    if isinstance(e, E.Mod):
+        return E.Mod(rename_expr(e.a, value_name, sym_name),
+                     rename_expr(e.b, value_name, sym_name))
+    if isinstance(e, E.Digit):
+        return E.Digit(rename_expr(e.base, value_name, sym_name),
+                       tuple(rename_expr(s, value_name, sym_name) for s in e.sizes), e.k)
+    raise TypeError(e)
+
+
+# ---------------------------------------------------------------------------
+# dense versions: each component is printed twice when its accesses can be simplified
+# for the expected strides, and the simple version runs when the strides at launch are
+# those (contiguous inputs: `in0[x]` instead of a division and a modulo per dimension,
+# and r-loops with unit stride vectorise).
+
+
+def expected_values(k: Kernel) -> dict[str, int]:
+    """What each sym is expected to be at launch: a stride that `Kernel.bindings` binds
+    to a buffer's dimension is expected row-major for the buffer's shape (contiguous
+    inputs are the common case; lowering does not know the real strides), any other
+    sym its value at lowering time (`Sym.value`)."""
+    shapes = {b.name: b.shape for b in k.buffers}
+    out: dict[str, int] = {}
+    for name, how in k.bindings:
+        if how and how[0] == "stride" and how[1] in shapes:
+            out[name] = 1
+            for n in shapes[how[1]][how[2] + 1:]:
+                out[name] *= n
+    return out
+
+
+def lowering_value(e: E.Expr, values: dict[str, int]) -> int | None:
+    """The expected value of a size/stride expression (`values`, else Sym.value); None
+    if it reads a loop variable or a loaded value."""
+    if isinstance(e, E.Const):
+        return e.value
+    if isinstance(e, E.Sym):
+        return values.get(e.name, e.value)
+    if isinstance(e, (E.Add, E.Mul)):
+        parts = [lowering_value(t, values)
+                 for t in (e.terms if isinstance(e, E.Add) else e.factors)]
+        if any(p is None for p in parts):
+            return None
+        total = 0 if isinstance(e, E.Add) else 1
+        for p in parts:
+            total = total + p if isinstance(e, E.Add) else total * p
+        return total
+    if isinstance(e, (E.FloorDiv, E.Mod)):
+        a, b = lowering_value(e.a, values), lowering_value(e.b, values)
+        if a is None or not b:
+            return None
+        return a // b if isinstance(e, E.FloorDiv) else a % b
+    return None
+
+
+def split_term(t: E.Expr, values) -> tuple[E.Expr | None, E.Expr]:
+    """term = position * coefficient, the coefficient free of loop variables and values."""
+    if isinstance(t, E.Mul):
+        pos = [f for f in t.factors if lowering_value(f, values) is None]
+        if len(pos) == 1:
+            return pos[0], E.mul(*(f for f in t.factors if f is not pos[0]))
+        return None, t
+    if lowering_value(t, values) is None:
+        return t, E.ONE
+    return None, t
+
+
+def specialize(e: E.Expr, values: dict[str, int]) -> tuple[E.Expr, list[tuple[E.Expr, E.Expr]]]:
+    """`e` simplified for the expected strides (`expected_values`), and the equalities
+    that make the simplification exact: a complete unravelling
+    sum(Digit(b, S, k) * stride_k) with row-major strides becomes `b` (assuming
+    0 <= b < prod(S), as for any unravelled index), and a coefficient expected to be 1
+    goes away."""
+    terms = e.terms if isinstance(e, E.Add) else (e,)
+    split = [split_term(t, values) for t in terms]
+    conds: list[tuple[E.Expr, E.Expr]] = []
+    groups: dict[tuple, dict[int, list[int]]] = {}
+    for i, (pos, coef) in enumerate(split):
+        if isinstance(pos, E.Digit):
+            groups.setdefault((pos.base, pos.sizes), {}).setdefault(pos.k, []).append(i)
+    collapsed: dict[int, E.Expr] = {}       # first term of a collapsed group -> its base
+    done: set[int] = set()
+    for (base, sizes), by_k in groups.items():
+        needed = [k for k, s in enumerate(sizes) if not (isinstance(s, E.Const) and s.value == 1)]
+        if sorted(by_k) != needed or any(len(v) != 1 for v in by_k.values()):
+            continue
+        # the strides of a row-major unravelling of `base`, scaled by the last digit's
+        # stride m (m = 1: base itself; m = a row length: the rows of a [x, r] tensor)
+        m = split[by_k[needed[-1]][0]][1]
+        mv = lowering_value(m, values)
+        if not mv or lowering_value(E.product(sizes[needed[-1] + 1:]), values) != 1:
+            continue
+        if mv == 1:
+            m = E.ONE        # expected contiguous: a run-time check, then unit stride
+        pairs = [(split[by_k[k][0]][1], E.mul(E.product(sizes[k + 1:]), m)) for k in needed]
+        # (a constant stride against a size sym would make the dense version size-specific)
+        if all(lowering_value(c, values) == lowering_value(w, values) and
+               (c == w or not isinstance(c, E.Const)) for c, w in pairs):
+            conds += [(c, w) for c, w in pairs if c != w]
+            collapsed[min(v[0] for v in by_k.values())] = base if m == E.ONE else E.mul(base, m)
+            done.update(v[0] for v in by_k.values())
+    out: list[E.Expr] = []
+    for i, (pos, coef) in enumerate(split):
+        if i in collapsed:
+            out.append(collapsed[i])
+        elif i in done:
+            continue
+        elif pos is not None and coef != E.ONE and lowering_value(coef, values) == 1:
+            conds.append((coef, E.ONE))
+            out.append(pos)
+        else:
+            out.append(terms[i])
+    return E.add(*out), conds
+
+
+def digit_sizes(e: E.Expr, var: str = "x") -> list[tuple[E.Expr, ...]]:
+    """The sizes of every unravelling of loop variable `var` in `e`."""
+    if isinstance(e, E.Digit):
+        own = [e.sizes] if e.base == E.Var(var) else []
+        return own + digit_sizes(e.base, var) + [s for z in e.sizes
+                                                  for s in digit_sizes(z, var)]
+    return [s for c in E.children(e) for s in digit_sizes(c, var)]
+
+
+def split_rows(e: E.Expr, rows: tuple[E.Expr, ...], var: str = "x") -> E.Expr:
+    """`e` for var = var_o * rows[-1] + var_i (0 <= var_i < rows[-1]): the digits of
+    `var` over `rows` become var_i (the last) and digits of var_o over rows[:-1]."""
+    if isinstance(e, E.Digit):
+        if e.base == E.Var(var) and e.sizes == rows:
+            if e.k == len(rows) - 1:
+                return E.Var(var + "i")
+            return E.Digit(E.Var(var + "o"), rows[:-1], e.k)
+        return E.Digit(split_rows(e.base, rows, var),
+                       tuple(split_rows(z, rows, var) for z in e.sizes), e.k)
+    if isinstance(e, E.Add):
+        return E.Add(tuple(split_rows(t, rows, var) for t in e.terms))
+    if isinstance(e, E.Mul):
+        return E.Mul(tuple(split_rows(t, rows, var) for t in e.factors))
+    if isinstance(e, E.FloorDiv):
+        return E.FloorDiv(split_rows(e.a, rows, var), split_rows(e.b, rows, var))
+    if isinstance(e, E.Mod):
+        return E.Mod(split_rows(e.a, rows, var), split_rows(e.b, rows, var))
+    return e
