@@ -280,6 +280,7 @@ class _Printer(ReduceLoops):
         # printing a loop over r with x fixed: index terms that depend on x only (a row's
         # base offset, often with divisions) are computed once before the loop
         self.hoisted: dict[str, str] | None = None
+        self.hoist_vars = frozenset({"x"})      # what the hoisted terms may read
 
     # -- helpers
     def emit(self, depth: int, text: str) -> None:
@@ -323,7 +324,7 @@ class _Printer(ReduceLoops):
         if access and self.hoisted is not None:
             terms = e.terms if isinstance(e, E.Add) else (e,)
             per_x = [t for t in terms if not isinstance(t, (E.Var, E.Const, E.Sym))
-                     and E.free_vars(t) <= {"x"}]
+                     and E.free_vars(t) <= self.hoist_vars]
             if per_x:
                 base = text(E.add(*per_x))
                 name = self.hoisted.get(base)
@@ -433,6 +434,9 @@ class _Printer(ReduceLoops):
         self.emit(depth + 1, f"int64_t xi_end = xi_begin + {ROW_BLOCK} < xinner ? "
                              f"xi_begin + {ROW_BLOCK} : xinner;")
         self.emit(depth + 1, "if (xi_end > xnumel - xo * xinner) xi_end = xnumel - xo * xinner;")
+        # index terms of the row (xo only: its base offsets, with divisions) are computed
+        # once before the inner loop, which then vectorises
+        start, self.hoisted, self.hoist_vars = len(self.lines), {}, frozenset({"xo"})
         if simd:
             self.emit(depth + 1, "#pragma omp simd")
         self.emit(depth + 1, "for (int64_t xi = xi_begin; xi < xi_end; ++xi) {")
@@ -443,6 +447,9 @@ class _Printer(ReduceLoops):
         self.rows = None
         self.emit(depth + 1, "}")
         self.emit(depth, "}")
+        self.lines[start:start] = ["    " * (depth + 1) + f"const int64_t {name} = {base};"
+                                   for base, name in self.hoisted.items()]
+        self.hoisted, self.hoist_vars = None, frozenset({"x"})
 
     def row_sizes(self, c: Component) -> tuple[E.Expr, ...] | None:
         return self.split_sizes(c.body, "x")

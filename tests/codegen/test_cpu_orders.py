@@ -89,3 +89,14 @@ def test_outputs_that_read_no_reduction_are_stored_by_the_reducing_loop():
     c = torch.compile(f, backend=fusionstitch.backend(target="cpu"))
     for got, want in zip(c(x), f(x)):
         torch.testing.assert_close(got, want)
+
+
+def test_flat_rows_compute_a_broadcast_row_offset_once():
+    # a mask broadcast over the heads: its row offset divides xo; the inner loop over a
+    # row must not (it would not vectorise)
+    def f(x, m):
+        return x + m
+    _, (src,) = kernel_sources(f, torch.randn(4, 8, 32), torch.randn(4, 1, 32))
+    dense = src[src.index("// dense"):].split("} else {")[0]
+    inner = dense[dense.index("for (int64_t xi"):]
+    assert "const int64_t xoff = " in dense and "xo / " not in inner
