@@ -103,6 +103,7 @@ compiled) and `cache_hits` (kernels found in the in-process table or on disk).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import re
 from collections.abc import Callable
@@ -277,10 +278,10 @@ class _Printer(ReduceLoops):
         self.expected = expected_values(kernel)
         self.rowplan = RowPlan()                # row buffers of the reduce component printed
         self.parallel_r = False                 # printing the loops of a one-row component
-        # printing a loop over r with x fixed: index terms that depend on x only (a row's
-        # base offset, often with divisions) are computed once before the loop
+        # inside `hoisting`: the index terms computed once before the loop (text -> name)
+        # and the variables they may read
         self.hoisted: dict[str, str] | None = None
-        self.hoist_vars = frozenset({"x"})      # what the hoisted terms may read
+        self.hoist_vars: frozenset[str] = frozenset()
 
     # -- helpers
     def emit(self, depth: int, text: str) -> None:
@@ -436,20 +437,31 @@ class _Printer(ReduceLoops):
         self.emit(depth + 1, "if (xi_end > xnumel - xo * xinner) xi_end = xnumel - xo * xinner;")
         # index terms of the row (xo only: its base offsets, with divisions) are computed
         # once before the inner loop, which then vectorises
-        start, self.hoisted, self.hoist_vars = len(self.lines), {}, frozenset({"xo"})
-        if simd:
-            self.emit(depth + 1, "#pragma omp simd")
-        self.emit(depth + 1, "for (int64_t xi = xi_begin; xi < xi_end; ++xi) {")
-        self.emit(depth + 2, "const int64_t x = xo * xinner + xi;")
-        self.masks(depth + 2, c.body, "xmask")
-        self.rows = rows
-        self.stmts(depth + 2, c.body, {}, None)
-        self.rows = None
-        self.emit(depth + 1, "}")
+        with self.hoisting(depth + 1, {"xo"}):
+            if simd:
+                self.emit(depth + 1, "#pragma omp simd")
+            self.emit(depth + 1, "for (int64_t xi = xi_begin; xi < xi_end; ++xi) {")
+            self.emit(depth + 2, "const int64_t x = xo * xinner + xi;")
+            self.masks(depth + 2, c.body, "xmask")
+            self.rows = rows
+            self.stmts(depth + 2, c.body, {}, None)
+            self.rows = None
+            self.emit(depth + 1, "}")
         self.emit(depth, "}")
-        self.lines[start:start] = ["    " * (depth + 1) + f"const int64_t {name} = {base};"
-                                   for base, name in self.hoisted.items()]
-        self.hoisted, self.hoist_vars = None, frozenset({"x"})
+
+    @contextlib.contextmanager
+    def hoisting(self, depth: int, reads):
+        """Index terms of the loads and stores printed inside that read only the variables
+        `reads` (a row's base offset, often with divisions) are defined once, at `depth`,
+        before the first line printed inside: the loop there then vectorises."""
+        start, saved = len(self.lines), (self.hoisted, self.hoist_vars)
+        self.hoisted, self.hoist_vars = {}, frozenset(reads)
+        try:
+            yield
+            self.lines[start:start] = ["    " * depth + f"const int64_t {name} = {base};"
+                                       for base, name in self.hoisted.items()]
+        finally:
+            self.hoisted, self.hoist_vars = saved
 
     def row_sizes(self, c: Component) -> tuple[E.Expr, ...] | None:
         return self.split_sizes(c.body, "x")

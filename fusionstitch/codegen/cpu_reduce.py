@@ -183,49 +183,46 @@ class ReduceLoops:
         accs, clauses, simd = self.accumulators(depth, reduces)
         simd = simd and _simd_safe(body, ("r",))
         self.emit(depth, f"// loop {j} over r")
-        start, self.hoisted = len(self.lines), {}
-        reduction = "".join(f" reduction({c})" for c in clauses)
-        parallel = None
-        if self.parallel_r and simd:
-            parallel = (f"#pragma omp parallel for{reduction} schedule(static) "
-                        f"if(rnumel >= {PARALLEL_GRAIN})")
-        rows = self.split_sizes(body, "r")
-        if rows is None:
-            if parallel:
-                self.emit(depth, parallel.replace(" for", " for simd", 1))
-            elif simd:
-                self.emit(depth, "#pragma omp simd" + reduction)
-            self.emit(depth, "for (int64_t r = 0; r < rnumel; ++r) {")
-            inner = depth + 1
-        else:
-            # r = ro * rinner + ri: the inner loop runs along the last dim r is unravelled
-            # over (contiguous rows of a batch-norm reduction over N, H, W), dividing nothing
-            last = self.index(rows[-1], {})
-            self.emit(depth, "{")
-            self.emit(depth + 1, f"const int64_t rinner = {last} > 0 ? {last} : 1;")
-            self.emit(depth + 1, "const int64_t router = (rnumel + rinner - 1) / rinner;")
-            if parallel:
-                self.emit(depth + 1, parallel)
-            self.emit(depth + 1, "for (int64_t ro = 0; ro < router; ++ro) {")
-            self.emit(depth + 2, "const int64_t ri_end = rnumel - ro * rinner < rinner ? "
-                                 "rnumel - ro * rinner : rinner;")
-            if simd:
-                self.emit(depth + 2, "#pragma omp simd" + reduction)
-            self.emit(depth + 2, "for (int64_t ri = 0; ri < ri_end; ++ri) {")
-            self.emit(depth + 3, "const int64_t r = ro * rinner + ri;")
-            inner = depth + 3
-        self.masks(inner, body, "rmask")
-        self.rrows = rows
-        self.loop_stmts(inner, j, body, dict(env), accs)
-        self.rrows = None
-        if rows is not None:
-            self.emit(depth + 2, "}")
-            self.emit(depth + 1, "}")
-        self.emit(depth, "}")
-        # the per-x index terms the loop reads, computed once before it
-        self.lines[start:start] = ["    " * depth + f"const int64_t {name} = {base};"
-                                   for base, name in self.hoisted.items()]
-        self.hoisted = None
+        # the per-x index terms the loop reads are computed once before it
+        with self.hoisting(depth, {"x"}):
+            reduction = "".join(f" reduction({c})" for c in clauses)
+            parallel = None
+            if self.parallel_r and simd:
+                parallel = (f"#pragma omp parallel for{reduction} schedule(static) "
+                            f"if(rnumel >= {PARALLEL_GRAIN})")
+            rows = self.split_sizes(body, "r")
+            if rows is None:
+                if parallel:
+                    self.emit(depth, parallel.replace(" for", " for simd", 1))
+                elif simd:
+                    self.emit(depth, "#pragma omp simd" + reduction)
+                self.emit(depth, "for (int64_t r = 0; r < rnumel; ++r) {")
+                inner = depth + 1
+            else:
+                # r = ro * rinner + ri: the inner loop runs along the last dim r is unravelled
+                # over (contiguous rows of a batch-norm reduction over N, H, W), dividing nothing
+                last = self.index(rows[-1], {})
+                self.emit(depth, "{")
+                self.emit(depth + 1, f"const int64_t rinner = {last} > 0 ? {last} : 1;")
+                self.emit(depth + 1, "const int64_t router = (rnumel + rinner - 1) / rinner;")
+                if parallel:
+                    self.emit(depth + 1, parallel)
+                self.emit(depth + 1, "for (int64_t ro = 0; ro < router; ++ro) {")
+                self.emit(depth + 2, "const int64_t ri_end = rnumel - ro * rinner < rinner ? "
+                                     "rnumel - ro * rinner : rinner;")
+                if simd:
+                    self.emit(depth + 2, "#pragma omp simd" + reduction)
+                self.emit(depth + 2, "for (int64_t ri = 0; ri < ri_end; ++ri) {")
+                self.emit(depth + 3, "const int64_t r = ro * rinner + ri;")
+                inner = depth + 3
+            self.masks(inner, body, "rmask")
+            self.rrows = rows
+            self.loop_stmts(inner, j, body, dict(env), accs)
+            self.rrows = None
+            if rows is not None:
+                self.emit(depth + 2, "}")
+                self.emit(depth + 1, "}")
+            self.emit(depth, "}")
         # results, visible to later loops and the epilogue
         for red in reduces:
             self.emit(depth, f"const {ctype(red.dtype)} {self.var(red.var)} = "
