@@ -117,31 +117,29 @@ def test_a_bad_entry_is_ignored_and_replanned(garbage, fresh_cache, caplog):
     assert counts() == (1, 1)
 
 
-def test_a_flipped_group_kind_is_not_trusted(fresh_cache):
-    g = softmax_then_scale(8, 32)
+def rewrite_groups(cache, g, edit):
+    """Plan `g`, then rewrite its cache entry's groups with `edit` (checksum kept valid)."""
     make_plan(g, "stitch", "cpu")
-    (name,) = entries(fresh_cache)
-    path = fresh_cache / "plans" / name
+    (name,) = entries(cache)
+    path = cache / "plans" / name
     entry = json.loads(path.read_text())
-    entry["groups"] = [[nodes, "free" if kind == "kernel" else kind, comp]
-                       for nodes, kind, comp in entry["groups"]]
+    entry["groups"] = [edit(nodes, kind, comp) for nodes, kind, comp in entry["groups"]]
     entry["checksum"] = plan_cache._checksum(entry["groups"])
     path.write_text(json.dumps(entry))
     clear_memory_caches()
+
+
+def test_a_flipped_group_kind_is_not_trusted(fresh_cache):
+    g = softmax_then_scale(8, 32)
+    rewrite_groups(fresh_cache, g, lambda nodes, kind, comp:
+                   [nodes, "free" if kind == "kernel" else kind, comp])
     plan = make_plan(g, "stitch", "cpu")
     assert counts() == (0, 2) and plan.num_kernels >= 1
 
 
 def test_an_entry_of_the_wrong_types_is_not_trusted(fresh_cache):
     g = softmax_then_scale(8, 32)
-    make_plan(g, "stitch", "cpu")
-    (name,) = entries(fresh_cache)
-    path = fresh_cache / "plans" / name
-    entry = json.loads(path.read_text())
-    entry["groups"] = [[nodes, [kind], {"c": comp}] for nodes, kind, comp in entry["groups"]]
-    entry["checksum"] = plan_cache._checksum(entry["groups"])
-    path.write_text(json.dumps(entry))
-    clear_memory_caches()
+    rewrite_groups(fresh_cache, g, lambda nodes, kind, comp: [nodes, [kind], {"c": comp}])
     make_plan(g, "stitch", "cpu")
     assert counts() == (0, 2)
 
