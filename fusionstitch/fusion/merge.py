@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 
 from ..analysis.cost import group_bytes
-from .plan import KERNEL, node_kind, quotient
+from .plan import KERNEL, node_kind, quotient, topological_order
 
 log = logging.getLogger("fusionstitch.fusion")
 
@@ -34,17 +34,10 @@ MERGE_MAX_CHECKS = 1000
 def _closure(n: int, succ: list[set[int]]) -> tuple[list[int], list[int]]:
     """reach[u]: units reachable from u; coreach[u]: units reaching u (bitsets)."""
     pred: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
     for u in range(n):
         for v in succ[u]:
             pred[v].append(u)
-            indeg[v] += 1
-    order = [u for u in range(n) if indeg[u] == 0]
-    for u in order:            # Kahn: `order` grows while we walk it
-        for v in succ[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                order.append(v)
+    order = topological_order(succ)
     reach, coreach = [0] * n, [0] * n
     for u in reversed(order):
         m = 0

@@ -133,6 +133,21 @@ class Quotient:
     position: dict[str, int]
 
 
+def topological_order(succ) -> list[int]:
+    """Kahn's order of units 0..len(succ)-1 given their successor sets (a DAG)."""
+    indeg = [0] * len(succ)
+    for targets in succ:
+        for v in targets:
+            indeg[v] += 1
+    order = [u for u in range(len(succ)) if indeg[u] == 0]
+    for u in order:  # `order` grows while we walk it
+        for v in succ[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                order.append(v)
+    return order
+
+
 def quotient(graph: Graph, groups) -> Quotient:
     """Collapse disjoint groups of `graph` into units; raises ValueError on overlap."""
     position = {n.name: i for i, n in enumerate(graph.nodes)}

@@ -37,7 +37,7 @@ from .legality import gemms_fusible, staged_limit
 from .merge import merge_kernels
 from .patterns import Legality, candidate_patterns
 from .plan import (FREE, KERNEL, LIBRARY, FusionPlan, is_input, node_kind, plan_from_groups,
-                   quotient)
+                   quotient, topological_order)
 
 log = logging.getLogger("fusionstitch.fusion")
 
@@ -205,16 +205,7 @@ def pack_layers(graph: Graph, groups: list[frozenset], leg) -> list[frozenset]:
     from .patterns import PACK_MAX_BYTES, PACK_MAX_OPS
     q = quotient(graph, groups)
     units, succ, position = q.units, q.succ, q.position
-    indeg = [0] * len(units)
-    for u in range(len(units)):
-        for v in succ[u]:
-            indeg[v] += 1
-    order = [u for u in range(len(units)) if indeg[u] == 0]
-    for u in order:  # Kahn: `order` grows while we walk it
-        for v in succ[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                order.append(v)
+    order = topological_order(succ)
     span = [0] * len(units)
     for u in reversed(order):  # consumers first
         span[u] = 1 + max((span[v] for v in succ[u]), default=-1)
