@@ -12,6 +12,14 @@ def env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
+def env_flag_default(name: str, default: bool) -> bool:
+    """A boolean knob that is `default` when unset or empty."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    return value not in ("0", "false", "no", "off")
+
+
 def disabled() -> bool:
     """FUSIONSTITCH_DISABLE=1: run graphs unfused through torch (the kill switch)."""
     return env_flag("FUSIONSTITCH_DISABLE")

@@ -58,13 +58,15 @@ Choices this target makes (where the IR leaves room):
 * float -> u8/i8/i16 casts go through int64 (torch: 300.7 -> u8 gives 44).
 * lshift/rshift by a negative amount or >= the bit width follow torch (0, or the
   sign fill for rshift).
-* `exp`, `tanh` and `erf` of f32 (and half) values are branch-free functions of the
-  preamble so that loops calling them vectorise: exp is Sleef's expf_u10 algorithm
-  (~1 ulp, like torch's vectorised exp), tanh Cephes' tanhf (~2 ulp), erf a
-  polynomial / Numerical-Recipes-style erfc form fitted for float (~2.5 ulp);
-  `sigmoid` is 1 / (1 + exp(-x)). Other functions, and all of f64, are the C
-  library's (GCC builtins; scalar calls). The source includes no <cmath>: it would
-  double the compile time.
+* Math functions (exp, log, sin, erf, pow, ...) call glibc's libmvec where it has
+  them (`cpu_vecmath.py`: vectorised loops call its vector variants, within 4 ulp).
+  Without libmvec, `exp`, `tanh` and `erf` of f32 (and half) values are branch-free
+  functions of the preamble so that loops calling them vectorise: exp is Sleef's
+  expf_u10 algorithm (~1 ulp, like torch's vectorised exp), tanh Cephes' tanhf
+  (~2 ulp), erf a polynomial / Numerical-Recipes-style erfc form fitted for float
+  (~2.5 ulp); other functions are the C library's (GCC builtins; scalar calls).
+  `sigmoid` is 1 / (1 + exp(-x)). The source includes no <cmath>: it would double
+  the compile time.
 * `maximum`/`minimum` and max/min reductions propagate NaN. A reduction loop is
   `omp simd` when every reduction is sum, prod, max or min over a non-bool type
   (max/min reduce the non-NaN values and a separate "saw a NaN" flag, so reordering
@@ -111,6 +113,7 @@ from collections.abc import Callable
 import torch
 
 from ..runtime.cache import digest
+from . import cpu_vecmath
 from . import expr as E
 from .cpu_build import FLAGS, CompilerUnavailable, clear_memory_cache, load_library  # noqa: F401
 from .cpu_index import (digit_sizes, expected_values, lowering_value, rename_expr,
@@ -245,6 +248,17 @@ def _literal(value, dtype: str) -> str:
 # ---------------------------------------------------------------------------
 # the printer
 
+# Kernels computing &, | or selects of bools are compiled without GCC's partial
+# redundancy elimination and dominator optimisations: both turn `alive & (x <= c)`
+# after a `where(alive, ...)` into selects between comparison masks of different
+# widths, which the vectoriser rejects ("relevant stmt not supported"), and the whole
+# loop stays scalar (cartpole: 54 -> 20 ms single-threaded with them off); nor with
+# code sinking, which moves a libmvec call feeding only one side of a select into a
+# branch, where if-conversion cannot follow (so also for kernels with a select and a
+# libmvec call). Off for every kernel they cost up to 2x elsewhere
+# (transformer_encoder's kernels 4.1 -> 8.2 ms).
+BOOL_LOGIC_ATTRIBUTE = '__attribute__((optimize("no-tree-pre", "no-tree-dominator-opts", "no-tree-sink")))'
+
 # unary float ops that are C library functions (GCC builtins: `__builtin_<name>[f]`)
 _UNARY_FLOAT = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log1p": "log1p",
                 "expm1": "expm1", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan",
@@ -254,8 +268,18 @@ _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
 def _libm(name: str, dtype: str) -> str:
-    """The C library function `name` for a float dtype: __builtin_exp / __builtin_expf."""
-    return f"__builtin_{name}" if dtype == "f64" else f"__builtin_{name}f"
+    """The C library function `name` for a float dtype: libmvec's when it has one
+    (`fs_mv_expf`, see cpu_vecmath.py), else __builtin_exp / __builtin_expf."""
+    return cpu_vecmath.function(name, dtype) or \
+        (f"__builtin_{name}" if dtype == "f64" else f"__builtin_{name}f")
+
+
+def _exp_like(op: str, dtype: str) -> str:
+    """exp, tanh or erf: libmvec's (not for exp), else the preamble's branch-free float
+    versions (the C library's for f64)."""
+    if dtype == "f64":
+        return _libm(op, dtype)
+    return cpu_vecmath.function(op, dtype) or f"fs::{op}_f32"
 
 
 class _Printer(ReduceLoops):
@@ -273,6 +297,8 @@ class _Printer(ReduceLoops):
         self.int64_vars: set[str] = set()     # Index results: int64_t whatever their dtype
         self.fast = False                      # printing the dense version of a component
         self.rows: tuple[E.Expr, ...] | None = None   # printing a flat loop split in rows
+        self.bool_logic = False                # printed &, | or a select between bools
+        self.selects = False                   # printed a select (`where`)
         self.rrows: tuple[E.Expr, ...] | None = None  # printing a loop over r split in rows
         self.acc_names: dict[str, tuple[str, str | None]] = {}
         self.expected = expected_values(kernel)
@@ -348,7 +374,8 @@ class _Printer(ReduceLoops):
         params += [f"int64_t {self.sym(s.name)}" for s in k.syms]
         self.emit(0, f"// kernel {k.name}: {len(k.buffers)} buffers, {len(k.syms)} syms, "
                      f"{len(k.components)} component(s)")
-        self.emit(0, f'extern "C" void {self.fname}(')
+        self.emit(0, "FS_FUNCTION_HEAD")
+        head = len(self.lines) - 1
         for i, p in enumerate(params):
             self.emit(1, p + ("," if i + 1 < len(params) else ") {"))
         if not params:
@@ -356,6 +383,9 @@ class _Printer(ReduceLoops):
         for i, c in enumerate(k.components):
             self.component(i, c)
         self.emit(0, "}")
+        selects_calls = self.selects and any("fs_mv_" in line for line in self.lines)
+        attribute = f"{BOOL_LOGIC_ATTRIBUTE} " if self.bool_logic or selects_calls else ""
+        self.lines[head] = f'extern "C" {attribute}void {self.fname}('
         return "\n".join(self.lines) + "\n"
 
     def component(self, i: int, c: Component) -> None:
@@ -548,7 +578,7 @@ class _Printer(ReduceLoops):
             v = self.arg(s.value, env)[0]
             dt = s.dtype
             if dt == "b8":
-                op = {"sum": "||", "max": "||", "prod": "&&", "min": "&&"}[s.kind]
+                op = {"sum": "|", "max": "|", "prod": "&", "min": "&"}[s.kind]
                 self.emit(depth, f"{acc} = {acc} {op} {v};")
             elif s.kind in ("sum", "prod"):
                 op = "+=" if s.kind == "sum" else "*="
@@ -593,6 +623,14 @@ class _Printer(ReduceLoops):
             return a
         if dst == "b8":
             return f"{a} != 0"
+        if src == "b8":
+            # a select, not a conversion: GCC does not vectorise loops converting a
+            # comparison's mask to a number ("mixed mask and nonmask vector types")
+            one, zero = ("1.0f", "0.0f") if dst in HALVES else (f"({ctype(dst)})1", f"({ctype(dst)})0")
+            return f"({a} ? {one} : {zero})"
+        if src == "i64" and dst in FLOATS:
+            a = f"fs::i64_to_f64({a})" if dst == "f64" else f"fs::i64_to_f32({a})"
+            return f"fs::{dst}_round({a})" if dst in HALVES else a
         if dst in HALVES:
             return f"fs::{dst}_round((float){a})" if src != "f32" and src not in HALVES \
                 else f"fs::{dst}_round({a})"
@@ -609,6 +647,10 @@ class _Printer(ReduceLoops):
         b = args[1][0] if len(args) > 1 else None
         one = "1.0" if dt == "f64" else "1.0f"
         if op == "where":
+            if b8:      # on bools too: `?:` would select between masks, which GCC does not vectorise
+                self.bool_logic = True
+                return f"({a} & {b}) | (!{a} & {args[2][0]})"
+            self.selects = True
             return f"{a} ? {b} : {args[2][0]}"
         if op in COMPARISONS:
             return f"{a} {_CMP[op]} {b}"
@@ -621,9 +663,9 @@ class _Printer(ReduceLoops):
             return a if b8 or dt == "u8" else f"fs::abs_int<{ct}>({a})"
         if op in ("floor", "ceil", "round", "trunc") and not fl:
             return a
-        if op in ("exp", "tanh", "erf") and dt != "f64":
+        if op in ("exp", "tanh", "erf"):
             self.need_float(op, dt)
-            return f"fs::{op}_f32({a})"
+            return f"{_exp_like(op, dt)}({a})"
         if op in _UNARY_FLOAT:
             self.need_float(op, dt)
             return f"{_libm(_UNARY_FLOAT[op], dt)}({a})"
@@ -632,8 +674,7 @@ class _Printer(ReduceLoops):
             return f"{one} / {_libm('sqrt', dt)}({a})"
         if op == "sigmoid":
             self.need_float(op, dt)
-            exp = "__builtin_exp" if dt == "f64" else "fs::exp_f32"
-            return f"{one} / ({one} + {exp}(-{a}))"
+            return f"{one} / ({one} + {_exp_like('exp', dt)}(-{a}))"
         if op == "reciprocal":
             self.need_float(op, dt)
             return f"{one} / {a}"
@@ -652,7 +693,7 @@ class _Printer(ReduceLoops):
             if b8:
                 if op == "sub":
                     raise CompilerUnavailable("cpu backend: sub of bools")
-                return f"{a} || {b}" if op == "add" else f"{a} && {b}"
+                return f"{a} | {b}" if op == "add" else f"{a} & {b}"
             return f"fs::{op}<{ct}>({a}, {b})"
         if op == "truediv":
             self.need_float(op, dt)
@@ -669,12 +710,11 @@ class _Printer(ReduceLoops):
             return f"{_libm('pow', dt)}({a}, {b})" if fl else f"fs::pow_int<{ct}>({a}, {b})"
         if op in ("maximum", "minimum"):
             if b8:
-                return f"{a} || {b}" if op == "maximum" else f"{a} && {b}"
+                return f"{a} | {b}" if op == "maximum" else f"{a} & {b}"
             return f"fs::{op}<{ct}>({a}, {b})"
-        if op == "and":
-            return f"{a} && {b}"
-        if op == "or":
-            return f"{a} || {b}"
+        if op in ("and", "or"):
+            self.bool_logic = True
+            return f"{a} {'&' if op == 'and' else '|'} {b}"
         if op == "xor":
             return f"(bool){a} != (bool){b}"
         if op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
@@ -732,8 +772,9 @@ def compile_cpu(kernels: list[Kernel]) -> list[Callable[[list[torch.Tensor], lis
         if sym not in unique:
             unique[sym] = (k, body.replace("FS_KERNEL_NAME", sym, 1))
         symbols.append(sym)
-    source = "\n".join([PREAMBLE] + [src for _, src in unique.values()])
-    lib = load_library(len(unique), source)
+    source = "\n".join([PREAMBLE, cpu_vecmath.declarations()]
+                       + [src for _, src in unique.values()])
+    lib = load_library(len(unique), source, cpu_vecmath.link_flags())
     funcs = {}
     for sym, (k, _) in unique.items():
         cfunc = getattr(lib, sym)

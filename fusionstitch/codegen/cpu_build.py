@@ -29,7 +29,8 @@ _LOADED: dict[str, ctypes.CDLL] = {}          # digest -> library (this process)
 _TOOLCHAIN: dict[str, tuple[str, str] | str] = {}  # compiler command -> (version, arch) or error
 
 
-def _compiler() -> list[str]:
+def compiler() -> list[str]:
+    """The C++ compiler command: FUSIONSTITCH_CXX, else g++."""
     return shlex.split(os.environ.get("FUSIONSTITCH_CXX") or "g++") or ["g++"]
 
 
@@ -54,7 +55,7 @@ def _cpu_flags() -> str:
         return ""
 
 
-def _toolchain(cxx: list[str]) -> tuple[str, str]:
+def toolchain(cxx: list[str]) -> tuple[str, str]:
     """(compiler version line, what -march=native means here), once per compiler."""
     key = "\0".join(cxx)
     got = _TOOLCHAIN.get(key)
@@ -81,15 +82,16 @@ def _toolchain(cxx: list[str]) -> tuple[str, str]:
     return got
 
 
-def _build(cxx: list[str], source: str, folder: str, key: str) -> str:
-    """Compile `source` into `<folder>/<key>.so` (atomically); returns the path."""
+def _build(cxx: list[str], source: str, folder: str, key: str, libs: tuple[str, ...]) -> str:
+    """Compile `source` (linked with `libs`) into `<folder>/<key>.so` (atomically);
+    returns the path."""
     target = os.path.join(folder, key + ".so")
     fd, src = tempfile.mkstemp(prefix=key + ".", suffix=".cpp", dir=folder)
     so = src[:-4] + ".so"
     try:
         with os.fdopen(fd, "w") as f:
             f.write(source)
-        cmd = [*cxx, *FLAGS, "-o", so, src]
+        cmd = [*cxx, *FLAGS, "-o", so, src, *libs]
         try:
             p = _run(cmd, 600)
         except (OSError, subprocess.SubprocessError) as e:
@@ -111,12 +113,13 @@ def _build(cxx: list[str], source: str, folder: str, key: str) -> str:
     return target
 
 
-def load_library(n_kernels: int, source: str) -> ctypes.CDLL:
-    """The library of `source` (holding `n_kernels` kernels): from this process, from the
-    disk cache, or compiled now; counts `cache_hits` / `kernels_compiled` per kernel."""
-    cxx = _compiler()
-    version, arch = _toolchain(cxx)
-    key = digest(source, " ".join(FLAGS), version, arch)
+def load_library(n_kernels: int, source: str, libs: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """The library of `source` (holding `n_kernels` kernels, linked with `libs`): from this
+    process, from the disk cache, or compiled now; counts `cache_hits` /
+    `kernels_compiled` per kernel."""
+    cxx = compiler()
+    version, arch = toolchain(cxx)
+    key = digest(source, " ".join(FLAGS + libs), version, arch)
     with _LOCK:
         lib = _LOADED.get(key)
         if lib is not None:
@@ -132,7 +135,7 @@ def load_library(n_kernels: int, source: str) -> ctypes.CDLL:
             except OSError:
                 lib = None          # unreadable: build it again
         if lib is None:
-            path = _build(cxx, source, folder, key)
+            path = _build(cxx, source, folder, key, libs)
             try:
                 lib = ctypes.CDLL(path)
             except OSError as e:

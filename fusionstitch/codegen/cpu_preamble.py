@@ -139,6 +139,29 @@ template <class T> static inline T minimum(T a, T b) {
     return b < a ? b : a;
 }
 
+// int64 -> double / float, exactly as a C cast rounds, in operations AVX2 has (it has no
+// 64-bit integer conversions, and GCC leaves a loop holding `(float)int64` scalar):
+// the two 32-bit halves convert exactly, their sum is the correctly rounded double;
+// for float the sum is rounded to odd first (an inexact sum with an even last bit
+// moves one ulp toward the exact value), which makes the second rounding correct
+static inline double i64_halves(int64_t x, double& err) {
+    const double hi = (double)(int32_t)(uint32_t)((uint64_t)x >> 32) * 4294967296.0;
+    const double lo = (double)(int32_t)((uint32_t)x ^ 0x80000000u) + 2147483648.0;
+    const double sum = hi + lo;
+    err = (hi - sum) + lo;      // exact: |hi| >= 2^32 > lo, or hi == 0
+    return sum;
+}
+static inline double i64_to_f64(int64_t x) { double err; return i64_halves(x, err); }
+static inline float i64_to_f32(int64_t x) {
+    double err;
+    const double sum = i64_halves(x, err);
+    uint64_t b; __builtin_memcpy(&b, &sum, 8);
+    const int64_t step = (err != 0.0 && (b & 1) == 0) ? (((err > 0.0) == (sum > 0.0)) ? 1 : -1) : 0;
+    b += (uint64_t)step;
+    double odd; __builtin_memcpy(&odd, &b, 8);
+    return (float)odd;
+}
+
 // a * b + c, fused (one rounding) where the CPU has FMA: the polynomials below then cost
 // one instruction per term (the kernels themselves are compiled with -ffp-contract=off,
 // so that fused ops round as eager's separate ones do)

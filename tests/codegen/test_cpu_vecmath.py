@@ -1,0 +1,204 @@
+"""The cpu target's math: libmvec's vector functions (codegen/cpu_vecmath.py), the
+preamble's exp/tanh/erf, exact int64 -> float casts, and loops of bool logic that
+vectorise (each checked against torch, and by the vector symbols the library imports)."""
+import math
+import shutil
+
+import pytest
+import torch
+
+from fusionstitch.codegen import cpu, cpu_build, cpu_vecmath
+from fusionstitch.codegen.kernel import Constant, Op
+from fusionstitch.runtime.cache import cache_dir
+from test_cpu import compile_one, elementwise_kernel, launch
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+needs_libmvec = pytest.mark.skipif(not cpu_vecmath._exported(tuple(cpu_build.compiler())),
+                                   reason="no libmvec (or not GCC on x86-64)")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    """A fresh cache folder per test: the newest library there is the test's."""
+    monkeypatch.setenv("FUSIONSTITCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("FUSIONSTITCH_CXX", raising=False)
+    monkeypatch.delenv("FUSIONSTITCH_CPU_VECMATH", raising=False)
+    cpu.clear_memory_cache()
+
+
+def _library_bytes() -> bytes:
+    [so] = list(cache_dir("cpu").glob("*.so"))
+    return so.read_bytes()
+
+
+def _ulps(got: torch.Tensor, want: torch.Tensor, dtype=torch.float32) -> float:
+    """Largest error in units of the last place of `dtype` (finite normal results)."""
+    info = torch.finfo(dtype)
+    ok = want.isfinite() & (want.abs() >= info.tiny) & (want.abs() <= info.max)
+    w = want[ok]
+    ulp = info.eps * torch.exp2(torch.floor(torch.log2(w.abs())))
+    return float(((got[ok].double() - w).abs() / ulp).max())
+
+
+def _unary(op: str, x: torch.Tensor):
+    dt = {torch.float32: "f32", torch.float64: "f64"}[x.dtype]
+    kb, k = elementwise_kernel(op, [x], [(dt, [Op("y0", op, ("a0",), dt)])])
+    return kb, k
+
+
+SPECIAL = [0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan, 1e-30, -1e-30, 1e30, -1e30]
+RANGES = {"sin": (-1e4, 1e4), "cos": (-1e4, 1e4), "tan": (-1.5, 1.5), "log": (1e-30, 1e30),
+          "log2": (1e-3, 1e3), "log1p": (-0.999, 10.0), "expm1": (-20.0, 20.0),
+          "exp2": (-100.0, 100.0), "tanh": (-10.0, 10.0), "erf": (-5.0, 5.0)}
+
+
+@needs_libmvec
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("op", sorted(RANGES))
+def test_libmvec_functions_match_torch_and_vectorise(op, dtype):
+    g = torch.Generator().manual_seed(0)
+    lo, hi = RANGES[op]
+    if op == "log":      # log-uniform over many binades
+        x = torch.exp(torch.empty(100_000, dtype=torch.float64).uniform_(
+            math.log(lo), math.log(hi), generator=g))
+    else:
+        x = torch.empty(100_000, dtype=torch.float64).uniform_(lo, hi, generator=g)
+    x = torch.cat([x.to(dtype), torch.tensor(SPECIAL, dtype=dtype)])
+    kb, k = _unary(op, x)
+    src = cpu.cpp_source(k)
+    suffix = "f" if dtype == torch.float32 else ""
+    assert f"fs_mv_{op}{suffix}(a0)" in src
+    (got,) = launch(compile_one(k), kb, [x], [torch.empty_like(x)])
+    want = getattr(torch, op)(x.double())
+    assert _ulps(got, want, dtype) <= 4, op
+    mine, theirs = got[-len(SPECIAL):], getattr(torch, op)(x[-len(SPECIAL):])
+    assert torch.equal(mine.isnan(), theirs.isnan())
+    finite = ~theirs.isnan()
+    torch.testing.assert_close(mine[finite], theirs[finite], rtol=5e-7 if dtype == torch.float32
+                               else 1e-15, atol=0)
+    assert torch.equal(torch.signbit(mine[finite]), torch.signbit(theirs[finite]))
+    # the loop calls the vector variant (`_ZGVdN8v_sinf` and the like), not only `sinf`
+    assert f"v_{op}{suffix}".encode() in _library_bytes()
+
+
+@needs_libmvec
+def test_pow_through_libmvec():
+    g = torch.Generator().manual_seed(1)
+    a = torch.empty(50_000).uniform_(0.0, 10.0, generator=g)
+    b = torch.empty(50_000).uniform_(-8.0, 8.0, generator=g)
+    kb, k = elementwise_kernel("pow", [a, b], [("f32", [Op("y0", "pow", ("a0", "a1"), "f32")])])
+    assert "fs_mv_powf(a0, a1)" in cpu.cpp_source(k)
+    (got,) = launch(compile_one(k), kb, [a, b], [torch.empty_like(a)])
+    assert _ulps(got, torch.pow(a.double(), b.double())) <= 4
+    assert b"vv_powf" in _library_bytes()
+
+
+@pytest.mark.parametrize("vecmath", ["1", "0"])
+def test_exp_tanh_erf_accuracy(vecmath, monkeypatch):
+    """exp is always the preamble's (libmvec's takes a scalar path below -88); tanh and
+    erf are libmvec's where it is there, else the preamble's."""
+    monkeypatch.setenv("FUSIONSTITCH_CPU_VECMATH", vecmath)
+    if vecmath == "1" and not cpu_vecmath.available():
+        pytest.skip("no libmvec")
+    x = torch.cat([torch.linspace(-110, 95, 200001), torch.linspace(-5, 5, 100001),
+                   torch.tensor([88.72283, 88.72284, -87.33654, -103.27893, -103.9, -104.0,
+                                 -104.1, 104.1, 0.0, -0.0, 1e-8, -1e-8, 1e-30, 0.625, 1.0, 4.0,
+                                 math.inf, -math.inf, math.nan])])
+    kb, k = elementwise_kernel("vmath", [x], [("f32", [Op("y0", "exp", ("a0",), "f32")]),
+                                              ("f32", [Op("y1", "sigmoid", ("a0",), "f32")]),
+                                              ("f32", [Op("y2", "tanh", ("a0",), "f32")]),
+                                              ("f32", [Op("y3", "erf", ("a0",), "f32")])])
+    src = cpu.cpp_source(k)
+    assert "fs::exp_f32(a0)" in src
+    if vecmath == "1":
+        assert "fs_mv_tanhf(a0)" in src and "fs_mv_erff(a0)" in src
+    else:
+        assert "fs::tanh_f32(a0)" in src and "fs::erf_f32(a0)" in src and "fs_mv_" not in src
+    got, sig, tanh, erf = launch(compile_one(k), kb, [x], [torch.empty_like(x) for _ in range(4)])
+    xd = x.double()
+    assert _ulps(got, torch.exp(xd)) <= 1.5
+    assert _ulps(tanh, torch.tanh(xd)) <= 2.5
+    assert _ulps(erf, torch.erf(xd)) <= 3
+    sub = (torch.exp(xd) < 2.0 ** -126) & (torch.exp(xd) > 0)          # subnormal results
+    assert ((got[sub].double() - torch.exp(xd)[sub]).abs() <= 2.0 ** -149).all()
+    for mine, theirs in ((got, torch.exp(x)), (sig, torch.sigmoid(x)), (tanh, torch.tanh(x)),
+                         (erf, torch.erf(x))):
+        torch.testing.assert_close(mine, theirs, rtol=3e-7, atol=2.0 ** -148, equal_nan=True)
+    special = x[-11:]
+    assert torch.equal(tanh[-11:].isnan(), special.isnan())
+    assert tanh[-3].item() == 1.0 and tanh[-2].item() == -1.0 and erf[-3].item() == 1.0
+    assert str(tanh[-10].item()) == "-0.0" and str(erf[-10].item()) == "-0.0"  # of -0.0
+
+
+def test_knob_turns_libmvec_off(monkeypatch):
+    monkeypatch.setenv("FUSIONSTITCH_CPU_VECMATH", "0")
+    x = torch.linspace(-3, 3, 1000)
+    kb, k = _unary("sin", x)
+    assert "__builtin_sinf(a0)" in cpu.cpp_source(k)
+    assert cpu_vecmath.declarations() == "" and cpu_vecmath.link_flags() == ()
+    (got,) = launch(compile_one(k), kb, [x], [torch.empty_like(x)])
+    torch.testing.assert_close(got, torch.sin(x))
+    assert b"_ZGV" not in _library_bytes()
+
+
+def _int64_edges() -> torch.Tensor:
+    g = torch.Generator().manual_seed(2)
+    parts = [torch.randint(-2**63, 2**63 - 1, (20_000,), generator=g, dtype=torch.int64)]
+    for bits in range(1, 63, 3):
+        parts.append(torch.randint(-2**bits, 2**bits, (500,), generator=g, dtype=torch.int64))
+    # halfway between two floats, and one either side (rounding ties and double rounding)
+    base = torch.randint(-2**22, 2**22, (2000,), generator=g) * 2**40
+    parts += [base + 2**39 + d for d in (-1, 0, 1)]
+    parts.append(torch.tensor([0, 1, -1, 2**63 - 1, -2**63, 2**53, 2**53 + 1, -(2**53) - 1,
+                               2**24 + 1, 2**31, -2**31, 2**32, -2**32 - 1]))
+    return torch.cat(parts)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_int64_to_float_casts_round_as_torch(dtype):
+    x = _int64_edges()
+    dt = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16",
+          torch.float16: "f16"}[dtype]
+    kb, k = elementwise_kernel("i64cast", [x], [(dt, [Op("y0", "cast", ("a0",), dt)])])
+    assert "fs::i64_to_f" in cpu.cpp_source(k)
+    (got,) = launch(compile_one(k), kb, [x], [torch.empty(x.shape, dtype=dtype)])
+    want = x.to(dtype) if dtype in (torch.float32, torch.float64) else x.to(torch.float32).to(dtype)
+    assert torch.equal(got, want)
+
+
+def test_bool_logic_loop_vectorises():
+    """alive & (|x'| <= c) after where(alive, ...), as cartpole's steps: the kernel is
+    compiled without the passes that turn it into selects between masks, and its loop
+    calls sin's vector variant."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.empty(4096).uniform_(-3, 3, generator=g)
+    v = torch.empty(4096).uniform_(-1, 1, generator=g)
+    u = torch.rand(4096, generator=g)
+    # (alive from a comparison, as in cartpole: a select on a bool loaded from memory
+    # mixes 8-bit masks with 32-bit data, which GCC 12 does not vectorise either)
+    stmts = [Constant("lim", 2.4, "f32"), Constant("tau", 0.02, "f32"),
+             Constant("keep", 0.8, "f32"), Op("alive0", "lt", ("a2", "keep"), "b8")]
+    a, pos = "alive0", "a0"
+    for t in range(3):
+        stmts += [Op(f"s{t}", "sin", (pos,), "f32"), Op(f"d{t}", "mul", (f"s{t}", "tau"), "f32"),
+                  Op(f"n{t}", "add", (pos, f"d{t}"), "f32"),
+                  Op(f"p{t}", "where", (a, f"n{t}", pos), "f32"),
+                  Op(f"m{t}", "abs", (f"p{t}",), "f32"), Op(f"c{t}", "le", (f"m{t}", "lim"), "b8"),
+                  Op(f"al{t}", "and", (a, f"c{t}"), "b8")]
+        a, pos = f"al{t}", f"p{t}"
+    stmts += [Op("y0", "cast", (a,), "f32")]
+    kb, k = elementwise_kernel("alive", [x, v, u], [("f32", stmts), ("f32", [
+        Op("y1", "add", (pos, "a1"), "f32")])])
+    src = cpu.cpp_source(k)
+    assert cpu.BOOL_LOGIC_ATTRIBUTE in src
+    got_alive, got_pos = launch(compile_one(k), kb, [x, v, u],
+                                [torch.empty_like(x), torch.empty_like(x)])
+    al, p = u < 0.8, x.clone()
+    for _ in range(3):
+        p = torch.where(al, p + torch.sin(p) * 0.02, p)
+        al = al & (p.abs() <= 2.4)
+    torch.testing.assert_close(got_alive, al.float())
+    torch.testing.assert_close(got_pos, p + v)
+    if cpu_vecmath.available():
+        assert b"v_sinf" in _library_bytes()
