@@ -75,7 +75,8 @@ class CompiledGraph:
     _boxed_call = True
 
     def __init__(self, gm: torch.fx.GraphModule, options: config.Options, kind: str,
-                 sink: list | None = None, execute: bool = True):
+                 sink: list | None = None, execute: bool = True,
+                 mutated: list[tuple[int, int]] | None = None):
         self.gm = gm
         # explain() plans for the target but runs the plan through torch: it needs the
         # plan and the values, not compiled kernels
@@ -85,9 +86,12 @@ class CompiledGraph:
         self.name = f"{kind}_{next(_graph_ids)}"
         self.specialisations: dict[tuple, Any] = {}
         self.fallback_reason: str | None = None
-        # AOTAutograd's mutated inputs, read now: its tracing context is gone by the first call
-        from ..runtime.inplace import mutated_input_pairs
-        self.mutated = mutated_input_pairs(kind)
+        # AOTAutograd's mutated inputs (graph output, placeholder), read now: its tracing
+        # context is gone by the first call. A graph from the graph cache brings its own.
+        if mutated is None:
+            from ..runtime.inplace import mutated_input_pairs
+            mutated = mutated_input_pairs(kind)
+        self.mutated = mutated
         if sink is not None:
             sink.append(self)
         _stats.bump("compiles")
