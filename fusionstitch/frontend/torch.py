@@ -28,6 +28,7 @@ from ..passes.pipeline import canonicalize
 from ..runtime import counters as _stats
 from ..runtime.program import Program
 from ..report.debug import dumper
+from . import graph_cache
 from .fx_to_ir import Unsupported, fx_to_ir, input_specs
 
 log = logging.getLogger("fusionstitch.frontend")
@@ -168,9 +169,23 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
             return fn
         bw_compiler._is_wrapped_bw_compiler = True
 
+        # a warm start of an inference graph skips AOTAutograd (frontend/graph_cache.py)
+        cache_key = graph_cache.key(gm, example_inputs, options, execute=_execute)
+        if cache_key is not None:
+            hit = graph_cache.load(
+                cache_key, lambda g, pairs: make(g, kind="inference", mutated=pairs),
+                len(example_inputs))
+            if hit is not None:
+                return hit
+
+        def inference_compiler(g, _):
+            if cache_key is not None:
+                graph_cache.store(cache_key, g, len(example_inputs))
+            return make(g, kind="inference")
+
         aot = aot_autograd(fw_compiler=lambda g, _: make(g, kind="forward"),
                            bw_compiler=bw_compiler,
-                           inference_compiler=lambda g, _: make(g, kind="inference"),
+                           inference_compiler=inference_compiler,
                            decompositions=decompositions())
         return aot(gm, example_inputs)
 
