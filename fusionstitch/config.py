@@ -36,6 +36,12 @@ def plan_cache_enabled() -> bool:
         "0", "false", "no", "off")
 
 
+def graph_cache_enabled() -> bool:
+    """FUSIONSTITCH_GRAPH_CACHE=0 turns the cache of AOTAutograd's graphs off (on by default)."""
+    return os.environ.get("FUSIONSTITCH_GRAPH_CACHE", "1").strip().lower() not in (
+        "0", "false", "no", "off")
+
+
 def verify_enabled() -> bool:
     """FUSIONSTITCH_VERIFY=1: run the IR verifier between passes (debug mode)."""
     return env_flag("FUSIONSTITCH_VERIFY")

@@ -28,6 +28,7 @@ from ..passes.pipeline import canonicalize
 from ..runtime import counters as _stats
 from ..runtime.program import Program
 from ..report.debug import dumper
+from . import graph_cache
 from .fx_to_ir import Unsupported, fx_to_ir, input_specs
 
 log = logging.getLogger("fusionstitch.frontend")
@@ -75,7 +76,8 @@ class CompiledGraph:
     _boxed_call = True
 
     def __init__(self, gm: torch.fx.GraphModule, options: config.Options, kind: str,
-                 sink: list | None = None, execute: bool = True):
+                 sink: list | None = None, execute: bool = True,
+                 mutated: list[tuple[int, int]] | None = None):
         self.gm = gm
         # explain() plans for the target but runs the plan through torch: it needs the
         # plan and the values, not compiled kernels
@@ -85,9 +87,12 @@ class CompiledGraph:
         self.name = f"{kind}_{next(_graph_ids)}"
         self.specialisations: dict[tuple, Any] = {}
         self.fallback_reason: str | None = None
-        # AOTAutograd's mutated inputs, read now: its tracing context is gone by the first call
-        from ..runtime.inplace import mutated_input_pairs
-        self.mutated = mutated_input_pairs(kind)
+        # AOTAutograd's mutated inputs (graph output, placeholder), read now: its tracing
+        # context is gone by the first call. A graph from the graph cache brings its own.
+        if mutated is None:
+            from ..runtime.inplace import mutated_input_pairs
+            mutated = mutated_input_pairs(kind)
+        self.mutated = mutated
         if sink is not None:
             sink.append(self)
         _stats.bump("compiles")
@@ -164,9 +169,23 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
             return fn
         bw_compiler._is_wrapped_bw_compiler = True
 
+        # a warm start of an inference graph skips AOTAutograd (frontend/graph_cache.py)
+        cache_key = graph_cache.key(gm, example_inputs, options, execute=_execute)
+        if cache_key is not None:
+            hit = graph_cache.load(
+                cache_key, lambda g, pairs: make(g, kind="inference", mutated=pairs),
+                len(example_inputs))
+            if hit is not None:
+                return hit
+
+        def inference_compiler(g, _):
+            if cache_key is not None:
+                graph_cache.store(cache_key, g, len(example_inputs))
+            return make(g, kind="inference")
+
         aot = aot_autograd(fw_compiler=lambda g, _: make(g, kind="forward"),
                            bw_compiler=bw_compiler,
-                           inference_compiler=lambda g, _: make(g, kind="inference"),
+                           inference_compiler=inference_compiler,
                            decompositions=decompositions())
         return aot(gm, example_inputs)
 

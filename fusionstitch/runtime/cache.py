@@ -1,4 +1,4 @@
-"""Where compiled kernels and fusion plans live on disk: FUSIONSTITCH_CACHE_DIR, else
+"""Where compiled kernels, fusion plans and AOTAutograd graphs live on disk: FUSIONSTITCH_CACHE_DIR, else
 ~/.cache/fusionstitch."""
 from __future__ import annotations
 
@@ -29,8 +29,10 @@ def clear_memory_caches() -> None:
     """Forget what this process compiled or lowered (not the disk cache): the next compile
     starts as a new process with a warm disk cache would (the bench's warm start)."""
     from ..codegen import cpu_build, lower, triton
+    from ..frontend import graph_cache
     from ..fusion import plan_cache
     lower._CACHE.clear()
     plan_cache.clear_memory_cache()
+    graph_cache.clear_memory_cache()
     cpu_build.clear_memory_cache()
     triton._LOADED.clear()

@@ -1,0 +1,436 @@
+"""A cache of AOTAutograd's inference graphs, in memory and on disk.
+
+A warm start (a new compile of a graph compiled before, e.g. in a new process)
+spends most of its time in AOTAutograd tracing Dynamo's graph again into aten ops
+(cartpole: 4.7 of 6.6 s); plans and kernels already come from their caches. For an
+inference graph whose AOTAutograd runtime wrapper only copies mutated inputs back,
+the aten graph and the list of mutated inputs are all AOTAutograd contributes:
+this cache keeps them, and a hit builds the `CompiledGraph` without AOTAutograd.
+
+`key` is None (not cached) unless AOTAutograd would surely give that simple case:
+no autograd (grad mode off, or no input requires grad), no autocast, no parameters,
+buffers, get_attr or call_module in Dynamo's graph, only torch's own functions and
+aten/prims ops called (a user function allowed in the graph, or a custom op, has a
+body the key cannot see), every input a plain strided tensor of static sizes (no
+subclass, no fake tensor, no number) and no two inputs on one storage (aliased
+inputs change AOTAutograd's graph). The key is a digest of Dynamo's generated code
+(`gm.code`: the same text in every process), each input's shape, strides, offset,
+dtype, device and requires_grad, the grad mode, default dtype and deterministic
+flag, AOTAutograd's config, the backend options, the versions and fusionstitch's
+source stamp (`plan_cache._code_stamp`: our decompositions are code), and `FORMAT`.
+
+`store` (AOTAutograd's inference-compiler callback, on a miss) keeps the graph only
+when its metadata (`fw_metadata`) gives the simple runtime layout: every user output
+a new tensor (`non_alias`), no effect tokens, no intermediate bases, no change of
+grad mode, each mutated input mutating data only (not its sizes, strides or
+storage) and returned, not kept in the graph; the graph's outputs are the mutated
+inputs' new values (in `mutated_inp_runtime_indices` order) then the user outputs.
+`mutations_hidden_from_autograd` does not matter here: it only decides how a
+training graph records the copy. The graph is stored node by node (names kept: the
+IR's node names are in the plan cache's key) with each node's `val` as shape,
+strides and dtype, which come back as meta tensors (what `fx_to_ir` reads).
+
+On a hit, `load` returns what stands in for AOTAutograd's runtime wrapper: it runs
+the graph with grad off (as AOTAutograd runs inference graphs), copies each mutated
+input's new value back unless our runtime already wrote it in place
+(runtime/inplace.py), and returns the user outputs as a list (as AOTAutograd does;
+Dynamo's code unpacks it). Files are `cache_dir("graphs")/<key>.pkl`, written to a
+temporary file and renamed into place; they unpickle with an allow-list of this
+module's tags only. An entry that does not load or build is ignored (logged at
+DEBUG) and AOTAutograd runs as before. `FUSIONSTITCH_GRAPH_CACHE=0` turns it off.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import operator
+import os
+import pickle
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+import torch.fx
+
+from ..config import graph_cache_enabled
+from ..runtime import counters
+from ..runtime.cache import cache_dir, digest
+
+log = logging.getLogger("fusionstitch.frontend")
+
+# Bump when the entry layout changes: older files then miss instead of failing to load.
+FORMAT = 1
+_TORCH_MODULES = ("torch", "_operator", "operator", "builtins", "math")
+_OP_NAMESPACES = ("aten", "prims")
+
+# key -> (nodes, mutated pairs, number of inputs, number of user outputs), as stored
+_MEMORY: dict[str, tuple] = {}
+
+
+class NotCacheable(Exception):
+    """Why a graph is not cached (logged at DEBUG)."""
+
+
+# Tags for what the stored graph holds besides numbers, strings, tuples and lists
+class _Ref(NamedTuple):       # another node of the graph
+    name: str
+
+
+class _Torch(NamedTuple):     # a dtype, layout or memory format: getattr(torch, name)
+    name: str
+
+
+class _Device(NamedTuple):
+    spec: str
+
+
+class _Val(NamedTuple):       # a node's tensor value (node.meta["val"])
+    shape: tuple
+    stride: tuple
+    dtype: str
+
+
+_TAGS = {c.__name__: c for c in (_Ref, _Torch, _Device, _Val)}
+
+
+# --- the key ----------------------------------------------------------------------------
+def _torch_target(target: Any) -> bool:
+    if isinstance(target, torch._ops.OpOverload):
+        return target.namespace in _OP_NAMESPACES
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return target._qualified_op_name.split("::")[0] in _OP_NAMESPACES
+    if isinstance(target, torch._ops.OperatorBase):   # higher-order ops hold subgraphs
+        return False
+    module = getattr(target, "__module__", None) or getattr(
+        getattr(target, "__objclass__", None), "__module__", None) or ""
+    return module.split(".")[0] in _TORCH_MODULES
+
+
+def _static(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and all(
+        type(d) is int for d in (*value.shape, *value.stride(), value.storage_offset()))
+
+
+def why_not(gm: torch.fx.GraphModule, example_inputs: list) -> str | None:
+    """Why AOTAutograd's graph for `gm` may not be cached (None: it may)."""
+    if torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
+        return "an input requires grad"
+    if torch._C._is_any_autocast_enabled():
+        return "autocast is on"
+    if next(gm.parameters(), None) is not None or next(gm.buffers(), None) is not None:
+        return "the graph has parameters or buffers"
+    for n in gm.graph.nodes:
+        if n.op in ("get_attr", "call_module"):
+            return f"the graph has a {n.op} node ({n.target})"
+        if n.op == "call_function" and not _torch_target(n.target):
+            return f"the graph calls {getattr(n.target, '__name__', n.target)!r}"
+        if n.op == "placeholder":
+            val = n.meta.get("example_value", n.meta.get("val"))
+            if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) or (
+                    isinstance(val, torch.Tensor) and val.layout == torch.strided and
+                    not _static(val)):
+                return f"input {n.name} is symbolic"
+    storages = set()
+    for i, t in enumerate(example_inputs):
+        if type(t) is not torch.Tensor or t.layout != torch.strided or not _static(t):
+            return f"input {i} is a {type(t).__name__}, not a tensor of static sizes"
+        storages.add(t.untyped_storage().data_ptr())
+    if len(storages) < len(example_inputs):
+        return "two inputs share storage"
+    return None
+
+
+def _functorch_config() -> str:
+    import torch._functorch.config as c
+    return repr(sorted(c.save_config_portable().items()))
+
+
+def key(gm: torch.fx.GraphModule, example_inputs: list, options, execute: bool = True) \
+        -> str | None:
+    """The cache key of AOTAutograd's inference graph for `gm`, or None: not cached."""
+    if not (execute and graph_cache_enabled()):   # explain() plans without executing
+        return None
+    try:
+        why = why_not(gm, example_inputs)
+    except Exception as e:   # never fail the compile for the cache's sake
+        why = f"{type(e).__name__}: {e}"
+    if why is not None:
+        log.debug("graph cache: not cached: %s", why)
+        return None
+    from ..fusion.plan_cache import _code_stamp, _versions
+    inputs = [(tuple(t.shape), t.stride(), t.storage_offset(), str(t.dtype), str(t.device),
+               t.requires_grad) for t in example_inputs]
+    state = (f"grad {torch.is_grad_enabled()}, default {torch.get_default_dtype()}, "
+             f"deterministic {torch.are_deterministic_algorithms_enabled()}")
+    return digest(f"graph-cache {FORMAT}", _versions(), _code_stamp(), repr(options), state,
+                  _functorch_config(), repr(inputs), gm.code)
+
+
+# --- storing ----------------------------------------------------------------------------
+def _encode(value: Any) -> Any:
+    if isinstance(value, torch.fx.Node):
+        return _Ref(value.name)
+    if isinstance(value, list):   # FX's immutable_list too
+        return [_encode(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_encode(v) for v in value)
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+        return _Torch(str(value).removeprefix("torch."))
+    if isinstance(value, torch.device):
+        return _Device(str(value))
+    raise NotCacheable(f"an argument of type {type(value).__name__}")
+
+
+def _encode_val(val: Any) -> Any:
+    if isinstance(val, torch.Tensor):
+        if not _static(val):
+            raise NotCacheable("a value of symbolic size")
+        return _Val(tuple(val.shape), tuple(val.stride()), str(val.dtype).removeprefix("torch."))
+    if isinstance(val, list):
+        return [_encode_val(v) for v in val]
+    if isinstance(val, tuple):
+        return tuple(_encode_val(v) for v in val)
+    if val is None or type(val) in (bool, int, float):
+        return val
+    raise NotCacheable(f"a node value of type {type(val).__name__}")
+
+
+def _encode_graph(gm: torch.fx.GraphModule) -> tuple:
+    nodes = []
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            if n.target is operator.getitem:
+                target = "getitem"
+            elif isinstance(n.target, torch._ops.OpOverload) and \
+                    n.target.namespace in _OP_NAMESPACES:
+                target = n.target.name()
+            else:
+                raise NotCacheable(f"a call to {n.target}")
+        elif n.op in ("placeholder", "output"):
+            target = n.target
+        else:
+            raise NotCacheable(f"a {n.op} node")
+        nodes.append((n.name, n.op, target, _encode(n.args), _encode(tuple(n.kwargs.items())),
+                      _encode_val(n.meta.get("val"))))
+    return tuple(nodes)
+
+
+def _entry(gm: torch.fx.GraphModule, num_inputs: int) -> tuple:
+    """What to store for `gm`, read with AOTAutograd's metadata of the compile now running."""
+    from torch._functorch._aot_autograd.schemas import OutputType
+    meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+    if meta is None:
+        raise NotCacheable("no AOTAutograd metadata")
+    if meta.tokens or meta.num_intermediate_bases or meta.grad_enabled_mutation is not None \
+            or meta.is_rng_op_functionalized:
+        raise NotCacheable("effect tokens, intermediate bases, a grad-mode change or "
+                           "functionalised random ops")
+    if any(o.output_type != OutputType.non_alias for o in meta.output_info):
+        raise NotCacheable("an output aliases an input or an intermediate")
+    order = list(meta.mutated_inp_runtime_indices)
+    for j, info in enumerate(meta.input_info):
+        changed = info.mutates_data or info.mutates_metadata or \
+            info.mutation_inductor_storage_resize
+        if changed and j not in order:
+            raise NotCacheable(f"input {j}'s mutation is kept in the graph")
+        if j in order and (not info.mutates_data or info.mutates_metadata or
+                           info.mutates_storage_metadata or
+                           info.mutation_inductor_storage_resize):
+            raise NotCacheable(f"input {j} mutates more than its data")
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    outputs = gm.graph.output_node().args[0]
+    if len(placeholders) != num_inputs:
+        raise NotCacheable(f"{len(placeholders)} placeholders for {num_inputs} inputs")
+    if not isinstance(outputs, (tuple, list)) or \
+            len(outputs) != len(order) + len(meta.output_info):
+        raise NotCacheable("the outputs are not the mutated inputs then the user outputs")
+    mutated = tuple(enumerate(order))   # (graph output, input)
+    return _encode_graph(gm), mutated, num_inputs, len(meta.output_info)
+
+
+def _path(key: str) -> Path:
+    return cache_dir("graphs") / f"{key}.pkl"
+
+
+def _checksum(payload: bytes) -> str:
+    return hashlib.sha256(payload).hexdigest()[:24]
+
+
+def store(key: str, gm: torch.fx.GraphModule, num_inputs: int) -> None:
+    """Remember AOTAutograd's inference graph `gm` under `key` (call it from the inference
+    compiler: it reads the compile's metadata), in memory and on disk, when its runtime
+    layout is the simple one; otherwise log why not. A failed write is only logged."""
+    try:
+        entry = _entry(gm, num_inputs)
+    except NotCacheable as e:
+        log.debug("graph cache: not cached: %s", e)
+        return
+    except Exception as e:   # never fail the compile for the cache's sake
+        log.debug("graph cache: not cached: %s: %s", type(e).__name__, e)
+        return
+    _MEMORY[key] = entry
+    payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+    record = {"format": FORMAT, "key": key, "checksum": _checksum(payload), "payload": payload}
+    try:
+        path = _path(key)
+        fd, tmp = tempfile.mkstemp(prefix=key + ".", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(record, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except OSError as e:
+        log.debug("graph cache: cannot write %s: %s", key, e)
+
+
+# --- loading ----------------------------------------------------------------------------
+class _Unpickler(pickle.Unpickler):
+    """Only this module's tags: an entry is data, never code to run."""
+
+    def find_class(self, module: str, name: str):
+        if module == __name__ and name in _TAGS:
+            return _TAGS[name]
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a graph entry")
+
+
+def _unpickle(data: bytes) -> Any:
+    return _Unpickler(io.BytesIO(data)).load()
+
+
+def _read(key: str) -> tuple | None:
+    """The stored entry of `key`, or None (missing, unreadable, corrupt, another key)."""
+    try:
+        data = _path(key).read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:   # also a cache folder that cannot be made
+        log.debug("graph cache: ignoring unreadable entry %s: %s", key, e)
+        return None
+    try:
+        record = _unpickle(data)
+        if record["format"] != FORMAT or record["key"] != key:
+            raise ValueError("format or key does not match")
+        if record["checksum"] != _checksum(record["payload"]):
+            raise ValueError("checksum does not match")
+        return _unpickle(record["payload"])
+    except Exception as e:   # a damaged pickle raises almost anything
+        log.debug("graph cache: ignoring entry %s: %s: %s", key, type(e).__name__, e)
+        return None
+
+
+def _torch_value(tag: _Torch) -> Any:
+    value = getattr(torch, tag.name)
+    if not isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+        raise TypeError(f"torch.{tag.name} is not a dtype, layout or memory format")
+    return value
+
+
+def _decode(value: Any, env: dict) -> Any:
+    if isinstance(value, _Ref):
+        return env[value.name]
+    if isinstance(value, _Torch):
+        return _torch_value(value)
+    if isinstance(value, _Device):
+        return torch.device(value.spec)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_decode(v, env) for v in value)
+    return value
+
+
+def _decode_val(val: Any) -> Any:
+    if isinstance(val, _Val):
+        return torch.empty_strided(val.shape, val.stride, dtype=_torch_value(_Torch(val.dtype)),
+                                   device="meta")
+    if isinstance(val, (list, tuple)):
+        return type(val)(_decode_val(v) for v in val)
+    return val
+
+
+def _resolve(target: str) -> Any:
+    if target == "getitem":
+        return operator.getitem
+    namespace, _, rest = target.partition("::")
+    if namespace not in _OP_NAMESPACES:
+        raise ValueError(f"op {target} is not an aten or prims op")
+    name, _, overload = rest.partition(".")
+    return getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
+
+
+def _rebuild(nodes: tuple) -> torch.fx.GraphModule:
+    graph = torch.fx.Graph()
+    env: dict[str, torch.fx.Node] = {}
+    for name, op, target, args, kwargs, val in nodes:
+        args, kwargs = _decode(args, env), dict(_decode(kwargs, env))
+        if op == "output":
+            graph.output(*args)
+            continue
+        if op == "placeholder":
+            node = graph.create_node("placeholder", target, name=name)
+        elif op == "call_function":
+            node = graph.create_node("call_function", _resolve(target), args, kwargs, name=name)
+        else:
+            raise ValueError(f"a {op} node")
+        if node.name != name:
+            raise ValueError(f"node {name} came back as {node.name}")
+        if val is not None:
+            node.meta["val"] = _decode_val(val)
+        env[name] = node
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def load(key: str, make: Callable[[torch.fx.GraphModule, list], Any], num_inputs: int) \
+        -> Callable | None:
+    """A compiled function for the graph cached under `key` (`make(graph, mutated pairs)`
+    builds the CompiledGraph), or None: a miss, or an entry that does not build."""
+    entry = _MEMORY.get(key)
+    if entry is None:
+        entry = _read(key)
+    if entry is None:
+        counters.bump("graph_cache_misses")
+        return None
+    try:
+        nodes, mutated, inputs, user_outputs = entry
+        if inputs != num_inputs:
+            raise ValueError(f"{inputs} inputs stored, {num_inputs} given")
+        pairs = [(int(i), int(j)) for i, j in mutated]
+        if any(i != k or not 0 <= j < inputs for k, (i, j) in enumerate(pairs)):
+            raise ValueError(f"mutated pairs {pairs} do not fit the graph")
+        gm = _rebuild(nodes)
+        if len(gm.graph.output_node().args[0]) != len(pairs) + user_outputs:
+            raise ValueError("the outputs are not the mutated inputs then the user outputs")
+        compiled = make(gm, pairs)
+    except Exception as e:
+        log.debug("graph cache: entry %s does not build (%s: %s); tracing again", key,
+                  type(e).__name__, e)
+        _MEMORY.pop(key, None)
+        counters.bump("graph_cache_misses")
+        return None
+    _MEMORY[key] = entry
+    counters.bump("graph_cache_hits")
+    return _runner(compiled, pairs, len(pairs))
+
+
+def _runner(compiled: Callable, pairs: list[tuple[int, int]], skip: int) -> Callable:
+    """AOTAutograd's inference runtime wrapper for the simple layout (see the docstring)."""
+    def run(*args):
+        with torch.no_grad():
+            outs = compiled(list(args))
+            for i, j in pairs:
+                if outs[i] is not args[j]:   # not already written in place
+                    args[j].copy_(outs[i])
+        return list(outs[skip:])
+    run.compiled_graph = compiled   # type: ignore[attr-defined]
+    return run
+
+
+def clear_memory_cache() -> None:
+    """Forget the graphs of this process (the disk cache stays)."""
+    _MEMORY.clear()
