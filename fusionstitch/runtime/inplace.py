@@ -57,12 +57,18 @@ def mutated_input_pairs(kind: str) -> list[tuple[int, int]]:
         return []
 
 
-def _aliases(graph, name: str) -> set[str]:
-    """`name` and every value that is a view of it (through chains of views)."""
+def _users(graph) -> dict[str, list[str]]:
+    """value -> the nodes reading it, in graph order (once per plan_writes: building it
+    per mutated input made an optimizer step's 120 inputs cost 0.1 s)."""
     users: dict[str, list[str]] = {}
     for n in graph.nodes:
         for i in dict.fromkeys(n.inputs):
             users.setdefault(i, []).append(n.name)
+    return users
+
+
+def _aliases(graph, name: str, users: dict[str, list[str]]) -> set[str]:
+    """`name` and every value that is a view of it (through chains of views)."""
     out, todo = {name}, [name]
     while todo:
         for u in users.get(todo.pop(), ()):
@@ -81,6 +87,8 @@ def plan_writes(plan: FusionPlan, kernels: dict[int, Kernel],
     group_of = {n: g for g in plan.groups for n in g.nodes}
     order = {g.id: k for k, g in enumerate(plan.groups)}
     outputs = {o.name for o in graph.outputs if isinstance(o, Ref)}
+    users = _users(graph)
+    position = {n.name: k for k, n in enumerate(graph.nodes)}
     out: dict[int, list[tuple[int, int]]] = {}
     for oi, p in pairs:
         if not (0 <= p < len(graph.params)) or oi >= len(graph.outputs):
@@ -93,7 +101,7 @@ def plan_writes(plan: FusionPlan, kernels: dict[int, Kernel],
         kernel = kernels.get(g.id)
         if kernel is None:
             continue
-        why = _plan_hazard(graph, param, g, group_of, order, outputs)
+        why = _plan_hazard(graph, param, g, group_of, order, outputs, users, position)
         pos = next((k for k, b in enumerate(kernel.outputs)
                     if b.value == new.name and b.element is None), None)
         if why is None and pos is None:
@@ -118,16 +126,16 @@ def may_alias(kernel: Kernel, writes: list[tuple[int, str]]) -> Kernel:
     return dataclasses.replace(kernel, may_alias=frozenset(names))
 
 
-def _plan_hazard(graph, param: str, g, group_of, order, outputs) -> str | None:
-    alias = _aliases(graph, param)
+def _plan_hazard(graph, param: str, g, group_of, order, outputs, users,
+                 position) -> str | None:
+    alias = _aliases(graph, param, users)
     if alias & outputs:
         return "the input (or a view of it) is a graph output"
-    for n in graph.nodes:
-        if n.name in alias or not set(n.inputs) & alias:
-            continue
-        other = group_of.get(n.name)
+    readers = {u for a in alias for u in users.get(a, ()) if u not in alias}
+    for name in sorted(readers, key=position.__getitem__):
+        other = group_of.get(name)
         if other is None or (other.id != g.id and order[other.id] > order[g.id]):
-            return f"%{n.name} reads the old value after the kernel"
+            return f"%{name} reads the old value after the kernel"
     return None
 
 
