@@ -231,10 +231,11 @@ def _fresh_fusionstitch_cache():
                 os.environ["FUSIONSTITCH_CACHE_DIR"] = old
 
 
-def warm_start(name: str, size: str, target: str) -> float:
+def warm_start(name: str, size: str, target: str) -> tuple[float, dict]:
     """Seconds to the end of the first step of a fresh fusionstitch compile that finds its
     kernels in the disk cache (filled by the cold compile) and nothing in memory: what a
-    new process pays, less Python's imports."""
+    new process pays, less Python's imports; and what it found there (kernels compiled,
+    plan and graph cache hits during that step)."""
     import time
 
     import torch
@@ -243,13 +244,18 @@ def warm_start(name: str, size: str, target: str) -> float:
     from fusionstitch.runtime.cache import clear_memory_caches
     torch._dynamo.reset()
     clear_memory_caches()
+    from fusionstitch.runtime.counters import stats
     inst = W.make(name, size, device=_device(target))
     fn = _compile("fusionstitch", inst.fn, target)
+    before = stats()
     start = time.perf_counter()
     W.step(inst, fn)
     if target == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    after = stats()
+    return seconds, {k: after.get(k, 0) - before.get(k, 0) for k in (
+        "kernels_compiled", "plan_cache_hits", "graph_cache_hits")}
 
 
 def _error(e: Exception) -> dict:
@@ -301,15 +307,18 @@ def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, 
         except Exception as e:
             for variant in runs:
                 entries[variant] = _error(e)
+        # inside the fresh folders: the warm start reads what the cold compile wrote there
+        if "fusionstitch" in runs and measure_warm_start:
+            try:
+                seconds, found = warm_start(name, size, target)
+                entries["fusionstitch"]["warm_start_s"] = seconds
+                entries["fusionstitch"].update({f"warm_start_{k}": v for k, v in found.items()})
+            except Exception as e:
+                entries["fusionstitch"]["warm_start_error"] = _error(e)["error"]
     print(f"[{index}] {name}: median " + ", ".join(
         f"{v} {e['median_s'] * 1e3:.3f} ms" for v, e in entries.items() if "median_s" in e)
         + f" ({max((e.get('runs', 0) for e in entries.values()), default=0)} rounds)",
         file=sys.stderr, flush=True)
-    if "fusionstitch" in runs and measure_warm_start:
-        try:
-            entries["fusionstitch"]["warm_start_s"] = warm_start(name, size, target)
-        except Exception as e:
-            entries["fusionstitch"]["warm_start_error"] = _error(e)["error"]
     med = {v: e.get("median_s") for v, e in entries.items()}  # speed-up: base / variant
     row["speedup"] = {f"{v}_vs_{base}": med[base] / med[v] if med.get(v) and med.get(base)
                       else None for v, base in (("inductor", "eager"), ("fusionstitch", "eager"),
