@@ -454,7 +454,8 @@ def test_softmax_two_loops_then_store():
     a[3, 7] = 2.0
     kb, k = build(a)
     src = cpu.cpp_source(k)
-    assert "#pragma omp simd reduction(+:sm_acc)" in src
+    # the sum runs in float blocks added up in double (cpu_reduce.SUM_BLOCK)
+    assert "#pragma omp simd reduction(+:sm_part)" in src and "sm_acc += sm_part;" in src
     # exp(a - max) is kept in a row buffer by the sum's loop and read back by the last
     assert "rb0[r] = e1;" in src and "const float e2 = rb0[r];" in src
     run = compile_one(k)
@@ -463,6 +464,26 @@ def test_softmax_two_loops_then_store():
     t = torch.randn(300, 64).t()                       # the strided (generic) path
     out = launch(run, kb, [t], [torch.empty(64, 300)], [64, 300, 1, 64])[0]
     torch.testing.assert_close(out, t.softmax(-1), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("n", [5, 512, 513, 100_003])
+def test_float_sums_in_blocks_stay_accurate(n):
+    """Row sums of n positive floats (blocks of SUM_BLOCK in float, then double): as
+    close to the exact sum as torch's own, for short rows, a block edge and long rows."""
+    from fusionstitch.codegen.cpu_reduce import SUM_BLOCK
+    assert SUM_BLOCK == 512
+    a = torch.rand(3, n, generator=torch.Generator().manual_seed(n)) + 0.5
+    kb = KB()
+    m, r = kb.sym("m", a.shape[0]), kb.sym("n", a.shape[1])
+    ina, (s0, s1) = kb.input(a)
+    out = kb.output((a.shape[0],), "f32")
+    k = kb.kernel("rowsum", reduce(m, r, [[Load("v", ina, X * s0 + R * s1, None, "f32"),
+                                          Reduce("t", "sum", "v", "f32")]],
+                                   [Store(out, X, "t", None)]))
+    got = launch(compile_one(k), kb, [a], [torch.empty(a.shape[0])])[0]
+    exact = a.double().sum(1)
+    err = ((got.double() - exact).abs() / exact).max().item()
+    assert err <= max(4 * ((a.sum(1).double() - exact).abs() / exact).max().item(), 2e-7)
 
 
 def test_reduce_over_two_dims_dense_and_strided():
