@@ -64,7 +64,7 @@ def test_rows_have_medians_ratios_kernels_errors(eager_only):
         assert eager["ops"] > fs["kernels"]  # the whole chain is fused
         assert fs["max_rel_err"] <= 1e-4 and fs["max_rel_err_f64"] <= 1e-4
         assert fs["warm_start_s"] > 0   # a second compile, kernels from the disk cache
-        assert fs["warm_start_kernels_compiled"] == 0 and fs["warm_start_plan_cache_hits"] >= 1
+        assert fs["warm_start_kernels_compiled"] == 0
         assert fs["warm_start_graph_cache_hits"] == 1   # inference graphs skip AOTAutograd
     # on the cpu target the recompute limit (fusion/patterns.MAX_RECOMPUTE) splits the
     # chain of five softmaxes where recomputing across row loops would cost more than it saves
