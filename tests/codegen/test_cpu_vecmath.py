@@ -202,3 +202,19 @@ def test_bool_logic_loop_vectorises():
     torch.testing.assert_close(got_pos, p + v)
     if cpu_vecmath.available():
         assert b"v_sinf" in _library_bytes()
+
+
+def test_no_libmvec_for_the_linker_means_scalar_calls(tmp_path, monkeypatch):
+    """A compiler whose linker does not find libmvec.so gets the C library's scalar
+    functions (and still the right numbers)."""
+    cxx = tmp_path / "cxx"
+    cxx.write_text('#!/bin/sh\ncase "$1" in -print-file-name=*) echo libmvec.so; exit 0;; esac\n'
+                   'exec g++ "$@"\n')
+    cxx.chmod(0o755)
+    monkeypatch.setenv("FUSIONSTITCH_CXX", str(cxx))
+    assert cpu_vecmath.available() == frozenset()
+    x = torch.linspace(-3, 3, 1000)
+    kb, k = _unary("sin", x)
+    assert "__builtin_sinf(a0)" in cpu.cpp_source(k)
+    (got,) = launch(compile_one(k), kb, [x], [torch.empty_like(x)])
+    torch.testing.assert_close(got, torch.sin(x))
