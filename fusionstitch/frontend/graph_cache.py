@@ -45,9 +45,7 @@ import hashlib
 import io
 import logging
 import operator
-import os
 import pickle
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -57,7 +55,7 @@ import torch.fx
 
 from ..config import graph_cache_enabled
 from ..runtime import counters
-from ..runtime.cache import cache_dir, digest
+from ..runtime.cache import cache_dir, digest, write_atomic
 
 log = logging.getLogger("fusionstitch.frontend")
 
@@ -278,15 +276,7 @@ def store(key: str, gm: torch.fx.GraphModule, num_inputs: int) -> None:
     payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
     record = {"format": FORMAT, "key": key, "checksum": _checksum(payload), "payload": payload}
     try:
-        path = _path(key)
-        fd, tmp = tempfile.mkstemp(prefix=key + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(record, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        write_atomic(_path(key), pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
     except OSError as e:
         log.debug("graph cache: cannot write %s: %s", key, e)
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import time
 from dataclasses import replace
 from functools import lru_cache
@@ -39,7 +38,7 @@ from ..config import plan_cache_enabled
 from ..ir.graph import Graph
 from ..ir.text import print_graph
 from ..runtime import counters
-from ..runtime.cache import cache_dir, digest
+from ..runtime.cache import cache_dir, digest, write_atomic
 from .plan import FREE, KERNEL, LIBRARY, FusionPlan, Group, is_input, node_kind
 
 log = logging.getLogger("fusionstitch.fusion")
@@ -184,15 +183,7 @@ def store(plan: FusionPlan, target: str, key: str) -> None:
              "graph": plan.graph.name, "stages": dict(plan.stages),
              "checksum": _checksum(as_lists), "groups": as_lists}
     try:
-        path = _path(key)
-        fd, tmp = tempfile.mkstemp(prefix=key + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(entry, f, separators=(",", ":"))
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        write_atomic(_path(key), json.dumps(entry, separators=(",", ":")).encode("utf-8"))
     except OSError as e:
         log.debug("plan cache: cannot write %s: %s", key, e)
 

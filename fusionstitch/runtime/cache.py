@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -23,6 +24,19 @@ def digest(*parts: str) -> str:
         h.update(p.encode())
         h.update(b"\0")
     return h.hexdigest()[:24]
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file renamed into place: a reader sees the
+    old file or the whole new one, never a part (raises OSError)."""
+    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def clear_memory_caches() -> None:
