@@ -8,16 +8,17 @@ STRATEGIES = ("none", "xla", "stitch")
 TARGETS = ("auto", "cuda", "cpu", "interpret")
 
 
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
-
-
 def env_flag_default(name: str, default: bool) -> bool:
-    """A boolean knob that is `default` when unset or empty."""
+    """A boolean knob that is `default` when unset or empty; 0/false/no/off are off."""
     value = os.environ.get(name, "").strip().lower()
     if not value:
         return default
     return value not in ("0", "false", "no", "off")
+
+
+def env_flag(name: str) -> bool:
+    """A boolean knob that is off unless set."""
+    return env_flag_default(name, False)
 
 
 def disabled() -> bool:
@@ -32,14 +33,12 @@ def debug_dir() -> str | None:
 
 def plan_cache_enabled() -> bool:
     """FUSIONSTITCH_PLAN_CACHE=0 turns the plan cache off (on by default)."""
-    return os.environ.get("FUSIONSTITCH_PLAN_CACHE", "1").strip().lower() not in (
-        "0", "false", "no", "off")
+    return env_flag_default("FUSIONSTITCH_PLAN_CACHE", True)
 
 
 def graph_cache_enabled() -> bool:
     """FUSIONSTITCH_GRAPH_CACHE=0 turns the cache of AOTAutograd's graphs off (on by default)."""
-    return os.environ.get("FUSIONSTITCH_GRAPH_CACHE", "1").strip().lower() not in (
-        "0", "false", "no", "off")
+    return env_flag_default("FUSIONSTITCH_GRAPH_CACHE", True)
 
 
 def verify_enabled() -> bool:
