@@ -200,13 +200,13 @@ class ReduceLoops:
             blocked = [red for red in reduces if red.kind == "sum" and red.dtype in FLOATS
                        and red.dtype != "f64"] if rows is None and simd and not parallel \
                 else []
+            body_accs = accs          # what the loop body accumulates into
             if blocked:
                 # r in blocks: float partial sums per block, added into the double accumulators
-                parts = {red.var: self.names.fresh(self.var(red.var) + "_part") for red in blocked}
-                whole = {red.var: accs[red.var] for red in blocked}
-                for red in blocked:
-                    accs[red.var] = (parts[red.var], None)
-                part_of = {whole[v][0]: parts[v] for v in parts}
+                part_of = {accs[red.var][0]: self.names.fresh(self.var(red.var) + "_part")
+                           for red in blocked}
+                body_accs = {**accs, **{red.var: (part_of[accs[red.var][0]], None)
+                                        for red in blocked}}
                 reduction = "".join(
                     f" reduction(+:{part_of[c[2:]]})" if c.startswith("+:") and c[2:] in part_of
                     else f" reduction({c})" for c in clauses)
@@ -214,8 +214,8 @@ class ReduceLoops:
                 self.emit(depth + 1, f"for (int64_t rb = 0; rb < rnumel; rb += {SUM_BLOCK}) {{")
                 self.emit(depth + 2, f"const int64_t rb_end = rnumel - rb < {SUM_BLOCK} ? "
                                      f"rnumel : rb + {SUM_BLOCK};")
-                for red in blocked:
-                    self.emit(depth + 2, f"float {parts[red.var]} = 0.0f;")
+                for part in part_of.values():
+                    self.emit(depth + 2, f"float {part} = 0.0f;")
                 self.emit(depth + 2, "#pragma omp simd" + reduction)
                 self.emit(depth + 2, "for (int64_t r = rb; r < rb_end; ++r) {")
                 inner = depth + 3
@@ -245,13 +245,12 @@ class ReduceLoops:
                 inner = depth + 3
             self.masks(inner, body, "rmask")
             self.rrows = rows
-            self.loop_stmts(inner, j, body, dict(env), accs)
+            self.loop_stmts(inner, j, body, dict(env), body_accs)
             self.rrows = None
             if blocked:
                 self.emit(depth + 2, "}")
-                for red in blocked:
-                    self.emit(depth + 2, f"{whole[red.var][0]} += {parts[red.var]};")
-                    accs[red.var] = whole[red.var]
+                for acc, part in part_of.items():
+                    self.emit(depth + 2, f"{acc} += {part};")
                 self.emit(depth + 1, "}")
             if rows is not None:
                 self.emit(depth + 2, "}")
