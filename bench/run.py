@@ -217,11 +217,16 @@ def prepare_variant(name: str, size: str, variant: str, target: str,
 
 @contextlib.contextmanager
 def _fresh_fusionstitch_cache():
-    """FUSIONSTITCH_CACHE_DIR set to a new empty folder for the block (then restored)."""
+    """FUSIONSTITCH_CACHE_DIR set to a new empty folder for the block (then restored), and
+    this process's in-memory caches emptied: a cold compile finds nothing lowered,
+    planned or loaded by earlier compiles (whose entries the warm start would not see)."""
     import tempfile
+
+    from fusionstitch.runtime.cache import clear_memory_caches
     old = os.environ.get("FUSIONSTITCH_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="fusionstitch-bench-") as d:
         os.environ["FUSIONSTITCH_CACHE_DIR"] = d
+        clear_memory_caches()
         try:
             yield d
         finally:
