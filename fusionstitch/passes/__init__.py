@@ -1,9 +1,12 @@
-"""Canonicalisation passes (CSE, DCE, view folding, constant folding) and their pipeline."""
+"""Canonicalisation passes (bmm rewrites, view folding, constant folding, CSE, DCE) and their
+pipeline."""
+from .broadcast_bmm import unbroadcast_bmm
 from .constant_fold import MAX_FOLDED_NUMEL, constant_fold
 from .cse import cse
 from .dce import dce
+from .matvec import decompose_matvec
 from .pipeline import PIPELINE, canonicalize
 from .simplify import fold_views
 
 __all__ = ["MAX_FOLDED_NUMEL", "PIPELINE", "canonicalize", "constant_fold", "cse", "dce",
-           "fold_views"]
+           "decompose_matvec", "fold_views", "unbroadcast_bmm"]

@@ -7,7 +7,9 @@ from typing import Callable
 from ..ir.graph import Graph
 from .constant_fold import constant_fold
 from .cse import cse
+from .broadcast_bmm import unbroadcast_bmm
 from .dce import dce
+from .matvec import decompose_matvec
 from .simplify import fold_views
 
 log = logging.getLogger("fusionstitch.passes")
@@ -18,6 +20,10 @@ Pass = Callable[[Graph], Graph]
 # work for an earlier one (CSE and DCE only merge or drop nodes, never making a
 # new view chain or a new all-constant node).
 PIPELINE: tuple[tuple[str, Pass, str], ...] = (
+    ("unbroadcast_bmm", unbroadcast_bmm,
+     "first: a bmm of broadcasts becomes one mm before matvec looks at bmm shapes"),
+    ("matvec", decompose_matvec,
+     "early: its permutes and reductions then go through folding like the graph's own"),
     ("fold_views", fold_views,
      "first: collapsed view chains give CSE one spelling per view and expose identities"),
     ("constant_fold", constant_fold,
