@@ -17,6 +17,9 @@ epilogue. Three loop orders, chosen per component:
 """
 from __future__ import annotations
 
+import contextlib
+import math
+
 from . import expr as E
 from .cpu_build import CompilerUnavailable
 from .cpu_index import specialize
@@ -36,12 +39,19 @@ SUM_BLOCK = 512
 _CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 
 
-def column_major(c: Component, specialize, expected) -> bool:
-    """Whether most loads of `c`'s loops that stream through memory (their index depends
-    on both x and r) read consecutive memory along x but not along r (in the dense
-    version: `specialize` is cpu_index.specialize)."""
+def column_major(c: Component, specialize, expected, numel: dict[str, int] | None = None
+                 ) -> bool:
+    """Whether the loads of `c`'s loops that stream through memory (their index depends
+    on both x and r) read consecutive memory along x rather than along r (in the dense
+    version: `specialize` is cpu_index.specialize), counting each load by its buffer's
+    number of elements (`numel`, 1 each when not given): a big stream decides, not the
+    small per-row vectors read beside it (capsule routing's weighted sums read a
+    [512, 50, 64] stream along x and three [128, 4, 50] weights along r)."""
     along_x = along_r = 0
-    r = E.Var("r")
+    x, r = E.Var("x"), E.Var("r")
+
+    def last_digit(t, var) -> bool:
+        return isinstance(t, E.Digit) and t.base == var and t.k == len(t.sizes) - 1
     for loop in c.loops:
         for s in loop.body:
             if not isinstance(s, Load):
@@ -50,10 +60,10 @@ def column_major(c: Component, specialize, expected) -> bool:
             if not {"r", "x"} <= E.free_vars(e):
                 continue      # per x (a channel's weight) or per r (a row's mean): not streams
             terms = e.terms if isinstance(e, E.Add) else (e,)
-            along_x += E.Var("x") in terms
-            # r itself, or the last digit of an unravelled r (rows of the last dim)
-            along_r += any(t == r or (isinstance(t, E.Digit) and t.base == r
-                                      and t.k == len(t.sizes) - 1) for t in terms)
+            weight = numel.get(s.buffer, 1) if numel else 1
+            # x or r itself, or the last digit of an unravelled x or r (rows of the last dim)
+            along_x += weight * any(t == x or last_digit(t, x) for t in terms)
+            along_r += weight * any(t == r or last_digit(t, r) for t in terms)
     return along_x > 0 and along_x > along_r
 
 
@@ -65,7 +75,8 @@ class ReduceLoops:
         if c.xnumel == E.ONE:
             self.single_row(depth, c)
             return
-        if self.fast and column_major(c, specialize, self.expected):
+        numel = {b.name: max(1, math.prod(b.shape)) for b in self.k.buffers}
+        if self.fast and column_major(c, specialize, self.expected, numel):
             self.columns(depth, c)
             return
         self.rowplan = plan_rows(c)
@@ -157,9 +168,9 @@ class ReduceLoops:
                 self.emit(depth, f"{decl} {acc}[{COLUMN_BLOCK}];")
                 if flag:
                     self.emit(depth, f"int {flag}[{COLUMN_BLOCK}];  // saw a NaN")
-                self.emit(depth, f"for (int64_t xi = 0; xi < xn; ++xi) {{ {acc}[xi] = {init};"
-                                 + (f" {flag}[xi] = 0;" if flag else "") + " }")
-                accs[red.var] = (f"{acc}[xi]", f"{flag}[xi]" if flag else None)
+                self.emit(depth, f"for (int64_t xl = 0; xl < xn; ++xl) {{ {acc}[xl] = {init};"
+                                 + (f" {flag}[xl] = 0;" if flag else "") + " }")
+                accs[red.var] = (f"{acc}[xl]", f"{flag}[xl]" if flag else None)
                 continue
             self.emit(depth, f"{decl} {acc} = {init};")
             if flag:
@@ -286,46 +297,75 @@ class ReduceLoops:
     # -- the column order
     def columns(self, depth: int, c: Component) -> None:
         from .cpu import PARALLEL_GRAIN, _simd_safe
+        everything = [s for loop in c.loops for s in loop.body] + list(c.body)
+        rows = self.split_sizes(everything, "x")
         self.emit(depth, f"// columns: blocks of {COLUMN_BLOCK} x, r outside, x inside")
-        self.emit(depth, f"const int64_t xblocks = (xnumel + {COLUMN_BLOCK - 1}) / "
-                         f"{COLUMN_BLOCK};")
+        if rows is None:
+            self.emit(depth, f"const int64_t xblocks = (xnumel + {COLUMN_BLOCK - 1}) / "
+                             f"{COLUMN_BLOCK};")
+        else:
+            # x = xo * xinner + xi: a block holds consecutive xi of one xo, so the lanes
+            # read consecutive memory and the xo terms (with divisions) are per block
+            last = self.index(rows[-1], {})
+            self.emit(depth, f"const int64_t xinner = {last} > 0 ? {last} : 1;  "
+                             "// x = xo * xinner + xi")
+            self.emit(depth, f"const int64_t xrow_blocks = (xinner + {COLUMN_BLOCK - 1}) / "
+                             f"{COLUMN_BLOCK};")
+            self.emit(depth, "const int64_t xblocks = (xnumel + xinner - 1) / xinner * "
+                             "xrow_blocks;")
         self.emit(depth, "#pragma omp parallel for schedule(static) "
                          f"if(xblocks > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})")
         self.emit(depth, "for (int64_t xb = 0; xb < xblocks; ++xb) {")
         d = depth + 1
-        self.emit(d, f"const int64_t x0 = xb * {COLUMN_BLOCK};")
-        self.emit(d, f"const int64_t xn = xnumel - x0 < {COLUMN_BLOCK} ? xnumel - x0 : "
-                     f"{COLUMN_BLOCK};")
+        if rows is None:
+            self.emit(d, f"const int64_t x0 = xb * {COLUMN_BLOCK};")
+            self.emit(d, f"const int64_t xn = xnumel - x0 < {COLUMN_BLOCK} ? xnumel - x0 : "
+                         f"{COLUMN_BLOCK};")
+        else:
+            self.emit(d, "const int64_t xo = xb / xrow_blocks;")
+            self.emit(d, f"const int64_t xi0 = (xb % xrow_blocks) * {COLUMN_BLOCK};")
+            self.emit(d, "const int64_t x0 = xo * xinner + xi0;")
+            self.emit(d, f"int64_t xn = xinner - xi0 < {COLUMN_BLOCK} ? xinner - xi0 : "
+                         f"{COLUMN_BLOCK};")
+            self.emit(d, "if (xn > xnumel - x0) xn = xnumel - x0;")
         env: dict[str, str] = {}
         done: list[Reduce] = []        # reductions whose results are arrays over the block
-        for j, loop in enumerate(c.loops):
-            body = loop.body
-            reduces = [s for s in body if isinstance(s, Reduce)]
-            accs, _, simd = self.accumulators(d, reduces, lanes=True)
-            self.emit(d, f"// loop {j} over r")
-            self.emit(d, "for (int64_t r = 0; r < rnumel; ++r) {")
-            self.lane_loop(d + 1, body, env, done, accs,
-                           simd and _simd_safe(body, ("x",)), mask="rmask")
-            self.emit(d, "}")
-            for red in reduces:
-                col = self.column(red.var)
-                acc, nan = accs[red.var]
-                self.emit(d, f"{ctype(red.dtype)} {col}[{COLUMN_BLOCK}];")
-                self.emit(d, f"for (int64_t xi = 0; xi < xn; ++xi) {col}[xi] = "
-                             f"{self.result(red, acc, nan)};")
-                done.append(red)
-        if c.body:
-            self.emit(d, "// per x")
-            self.lane_loop(d, c.body, env, done, None, _simd_safe(c.body, ("x",)))
+        self.rows = rows
+        try:
+            with self.hoisting(d, {"xo"}) if rows is not None else contextlib.nullcontext():
+                for j, loop in enumerate(c.loops):
+                    body = loop.body
+                    reduces = [s for s in body if isinstance(s, Reduce)]
+                    accs, _, simd = self.accumulators(d, reduces, lanes=True)
+                    self.emit(d, f"// loop {j} over r")
+                    self.emit(d, "for (int64_t r = 0; r < rnumel; ++r) {")
+                    self.lane_loop(d + 1, body, env, done, accs,
+                                   simd and _simd_safe(body, ("x",)), mask="rmask")
+                    self.emit(d, "}")
+                    for red in reduces:
+                        col = self.column(red.var)
+                        acc, nan = accs[red.var]
+                        self.emit(d, f"{ctype(red.dtype)} {col}[{COLUMN_BLOCK}];")
+                        self.emit(d, f"for (int64_t xl = 0; xl < xn; ++xl) {col}[xl] = "
+                                     f"{self.result(red, acc, nan)};")
+                        done.append(red)
+                if c.body:
+                    self.emit(d, "// per x")
+                    self.lane_loop(d, c.body, env, done, None, _simd_safe(c.body, ("x",)))
+        finally:
+            self.rows = None
         self.emit(depth, "}")
 
     def lane_loop(self, depth: int, body, env, done, accs, simd: bool,
                   mask: str | None = None) -> None:
-        """for xi in the block: x = x0 + xi, the block's reduction results unpacked, `body`."""
+        """for xl in the block: x = x0 + xl (xi = xi0 + xl when x is split in rows), the
+        block's reduction results unpacked, `body`."""
         if simd:
             self.emit(depth, "#pragma omp simd")
-        self.emit(depth, "for (int64_t xi = 0; xi < xn; ++xi) {")
-        self.emit(depth + 1, "const int64_t x = x0 + xi;")
+        self.emit(depth, "for (int64_t xl = 0; xl < xn; ++xl) {")
+        self.emit(depth + 1, "const int64_t x = x0 + xl;")
+        if self.rows is not None:
+            self.emit(depth + 1, "const int64_t xi = xi0 + xl;")
         self.masks(depth + 1, body, "xmask")
         if mask:
             self.masks(depth + 1, body, mask)
@@ -334,7 +374,7 @@ class ReduceLoops:
         for red in done:
             if red.var in read:
                 self.emit(depth + 1, f"const {ctype(red.dtype)} {self.var(red.var)} = "
-                                     f"{self.column(red.var)}[xi];")
+                                     f"{self.column(red.var)}[xl];")
                 inner[red.var] = red.dtype
         self.stmts(depth + 1, body, inner, accs)
         self.emit(depth, "}")

@@ -100,3 +100,23 @@ def test_flat_rows_compute_a_broadcast_row_offset_once():
     dense = src[src.index("// dense"):].split("} else {")[0]
     inner = dense[dense.index("for (int64_t xi"):]
     assert "const int64_t xoff = " in dense and "xo / " not in inner
+
+
+@pytest.mark.parametrize("cols", [70, 16])
+def test_middle_dim_sums_run_in_column_blocks_of_one_row(cols):
+    # capsule routing's weighted sums: z[b, k, c] = sum_l w[b, k, l] * u[b, k, l, c]; the big
+    # stream u is contiguous along c (the last digit of x), the small weights along r. The
+    # blocks hold consecutive c of one (b, k): the lanes read consecutive memory and the
+    # (b, k) offsets, with their divisions, are computed once per block
+    def f(w, u):
+        return (w.unsqueeze(-1) * u).sum(2)
+    w, u = torch.randn(3, 4, 50), torch.randn(3, 4, 50, cols)
+    _, (src,) = kernel_sources(f, w, u)
+    dense = src[src.index("// dense"):].split("} else {")[0]
+    assert "columns:" in dense and "xinner" in dense
+    body = dense[dense.index("// loop 0 over r"):].split("// per x")[0]
+    assert "const int64_t xi = xi0 + xl;" in body and " / " not in body, \
+        "lanes index by xi and divide nothing"
+    torch._dynamo.reset()
+    got = torch.compile(f, backend=fusionstitch.backend(target="cpu"))(w, u)
+    torch.testing.assert_close(got, f(w, u), rtol=1e-5, atol=1e-5)
