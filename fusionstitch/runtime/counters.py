@@ -4,10 +4,11 @@ from __future__ import annotations
 # cache_hits / kernels_compiled: kernels; plan_cache_hits / plan_cache_misses: fusion
 # plans looked up in the plan cache (fusion/plan_cache.py; a bypassed look-up is neither);
 # graph_cache_hits / graph_cache_misses: AOTAutograd graphs looked up in the graph cache
-# (frontend/graph_cache.py; a graph it may not cache is neither)
+# (frontend/graph_cache.py; a graph it may not cache is neither); buffers_recycled: kernel
+# outputs given the memory of a dead value instead of a fresh allocation (runtime/recycle.py)
 _KEYS = ("kernels_launched", "library_calls", "compiles", "cache_hits", "fallbacks",
          "kernels_compiled", "inplace_writes", "plan_cache_hits", "plan_cache_misses",
-         "graph_cache_hits", "graph_cache_misses")
+         "graph_cache_hits", "graph_cache_misses", "buffers_recycled")
 _COUNTERS: dict[str, int] = dict.fromkeys(_KEYS, 0)
 
 

@@ -205,10 +205,11 @@ def storages(tensors: list[torch.Tensor]) -> dict[int, set[int]]:
     return out
 
 
-def writable(t: torch.Tensor, shape, dtype: torch.dtype, owners: dict[int, set[int]]) -> bool:
+def writable(t: torch.Tensor, shape, dtype: torch.dtype,
+             owners: dict[int, set[int]] | None) -> bool:
     """Whether a kernel may store a contiguous `shape`/`dtype` output into `t`: no other
-    input of the kernel (`owners`, from `storages`) shares its memory."""
-    if tuple(t.shape) != tuple(shape) or t.dtype != dtype or not t.is_contiguous() \
-            or t.numel() == 0:
+    input of the kernel (`owners`, from `storages`; None: the caller checked) shares its
+    memory."""
+    if t.shape != shape or t.dtype != dtype or not t.is_contiguous() or t.numel() == 0:
         return False
-    return owners.get(t.untyped_storage().data_ptr(), set()) <= {id(t)}
+    return owners is None or owners.get(t.untyped_storage().data_ptr(), set()) <= {id(t)}

@@ -1,11 +1,13 @@
 """Launching a generated kernel inside a Program: buffers in, outputs allocated, syms bound."""
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
 
 from ..codegen.kernel import Kernel
+from . import recycle
 
 
 class KernelStep:
@@ -28,39 +30,82 @@ class KernelStep:
                 self.binding.append((None, how[1]))
             else:
                 self.binding.append((pos[how[1]], how[2]))
+        # inputs whose strides are syms: stride() once each (stride(d) parses its argument:
+        # twice the cost, paid per bound dim; an optimizer step binds 300)
+        self.strided = sorted({i for i, _ in self.binding if i is not None})
         from ..ir.graph import DTYPES
         self.torch_dtype = [DTYPES[o[3]] for o in self.outputs]
         # output position -> slot of the input it may be stored into (runtime/inplace.py)
         self.into: dict[int, int] = {}
+        self.into_read: dict[int, bool] = {}    # output -> whether the kernel reads its input
         # block composition's per-program intermediates (batch components), per launch
         self.scratch = [(b.shape, DTYPES[b.dtype]) for b in kernel.scratch]
+        # output position -> its bytes, for outputs big enough to take recycled memory
+        from ..ir.graph import ITEMSIZE
+        sizes = [math.prod(b.shape) * ITEMSIZE[b.dtype] for b in kernel.outputs]
+        self.pooled = {k: n for k, n in enumerate(sizes) if n >= recycle.MIN_BYTES}
 
-    def __call__(self, values: list) -> None:
+    def __call__(self, values: list, pool: dict | None = None) -> None:
         ins = []
         for slot, element in self.inputs:
             v = values[slot]
             ins.append(v if element is None else v[element])
-        syms = [v if i is None else ins[i].stride(v) for i, v in self.binding]
-        outs = [torch.empty(shape, dtype=dt, device=self.device)
-                for (_, _, shape, _), dt in zip(self.outputs, self.torch_dtype)] \
-            if not self.into else self._outputs_into(values, ins)
+        strides = {i: ins[i].stride() for i in self.strided}
+        syms = [v if i is None else strides[i][v] for i, v in self.binding]
+        if self.into:
+            outs = self._outputs_into(values, ins, pool)
+        elif pool and self.pooled:
+            outs = [self._fresh(k, shape, dt, pool)
+                    for k, ((_, _, shape, _), dt) in enumerate(zip(self.outputs,
+                                                                   self.torch_dtype))]
+        else:
+            outs = [torch.empty(shape, dtype=dt, device=self.device)
+                    for (_, _, shape, _), dt in zip(self.outputs, self.torch_dtype)]
         scratch = [torch.empty(shape, dtype=dt, device=self.device) for shape, dt in self.scratch]
         self.run(ins + outs + scratch, syms)
         self._place(values, outs)
 
-    def _outputs_into(self, values: list, ins: list) -> list[torch.Tensor]:
+    def write_into(self, into: dict[int, int]) -> None:
+        """Outputs that may be stored into inputs' memory: output position -> input slot."""
+        self.into = dict(into)
+        read = {slot for slot, element in self.inputs if element is None}
+        self.into_read = {k: slot in read for k, slot in self.into.items()}
+
+    def _fresh(self, k: int, shape, dt: torch.dtype, pool: dict | None) -> torch.Tensor:
+        """Output k's memory: recycled from `pool` when it is big enough to take part."""
+        nbytes = self.pooled.get(k)
+        if pool and nbytes is not None:
+            return recycle.take(pool, shape, dt, nbytes)
+        return torch.empty(shape, dtype=dt, device=self.device)
+
+    def _outputs_into(self, values: list, ins: list, pool: dict | None = None
+                      ) -> list[torch.Tensor]:
         from . import counters
         from .inplace import storages, writable
-        owners = storages(ins)
+        # When no two inputs share a storage (an optimizer step's 160 parameters and
+        # states: the common case), an output may go into its input unless the input is
+        # not contiguous, or (when the kernel does not read it) lives on an input's storage:
+        # no per-output storage sets. Otherwise `writable` checks each against `storages`.
+        ptrs = [t.untyped_storage().data_ptr() for t in ins]
+        distinct = set(ptrs)
+        owners = storages(ins) if len(distinct) != len(ptrs) else None
         outs = []
         written = 0
         for k, ((_, _, shape, _), dt) in enumerate(zip(self.outputs, self.torch_dtype)):
             slot = self.into.get(k)
             t = values[slot] if slot is not None else None
-            if t is not None and writable(t, shape, dt, owners):
+            if t is None:
+                ok = False
+            elif owners is not None:
+                ok = writable(t, shape, dt, owners)
+            else:
+                ok = writable(t, shape, dt, None) and (
+                    self.into_read.get(k, False)
+                    or t.untyped_storage().data_ptr() not in distinct)
+            if ok:
                 written += 1
             else:
-                t = torch.empty(shape, dtype=dt, device=self.device)
+                t = self._fresh(k, shape, dt, pool)
             outs.append(t)
         counters.bump("inplace_writes", written)
         return outs

@@ -20,6 +20,7 @@ from ..fusion.plan import KERNEL, LIBRARY, FusionPlan
 from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Ref, TensorLiteral
 from ..ir.ops import resolve_overload
 from . import counters as _stats
+from . import recycle as _recycle
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,21 @@ class Program:
         self.steps = steps
         self.outputs = [_Slot(slot_of[o.name]) if isinstance(o, Ref) else o
                         for o in graph.outputs]
+        # dead values big enough to be recycled into later kernel outputs (recycle.py):
+        # on the CPU, only when some kernel output can take one
+        from ..ir.graph import TensorType
+        from . import recycle
+        self.recycled = frozenset()
+        # bytes -> how many kernel outputs of that size take memory from the pool
+        self._room: dict[int, int] = {}
+        for s in kernels.values():
+            for n in s.pooled.values():
+                self._room[n] = self._room.get(n, 0) + 1
+        if self.device.type == "cpu" and self._room and recycle.enabled():
+            self.recycled = frozenset(
+                slot_of[n.name] for n in graph.nodes
+                if isinstance(n.type, TensorType) and n.type.nbytes >= recycle.MIN_BYTES)
+        self._pool: dict[int, list] = {}   # bytes -> storages of dead values (recycle.py)
         self.num_kernels = plan.num_kernels
         self.num_library_calls = plan.num_library_calls
         self.num_fallback_calls = plan.num_fallback_calls
@@ -114,19 +130,29 @@ class Program:
         for slot, t in self.constants:
             values[slot] = t
         kernels = library = 0
+        recycled = self.recycled
+        pool = self._pool if recycled else None
         for kind, ops in self.steps:
             if kind == "generated":
                 step, dead = ops
-                step(values)
+                step(values, pool)
                 for d in dead:
-                    values[d] = None
+                    if d in recycled:
+                        t, values[d] = values[d], None
+                        _recycle.offer(pool, t, self._room)
+                    else:
+                        values[d] = None
                 kernels += 1
                 continue
             for slot, fn, args, kwargs, dead in ops:
                 values[slot] = fn(*_fill(args, values), **{k: _fill(v, values)
                                                          for k, v in kwargs.items()})
                 for d in dead:
-                    values[d] = None
+                    if d in recycled:
+                        t, values[d] = values[d], None
+                        _recycle.offer(pool, t, self._room)
+                    else:
+                        values[d] = None
             if kind == KERNEL:
                 kernels += 1
             elif kind == LIBRARY:
@@ -188,5 +214,5 @@ def compile_kernels(plan: FusionPlan, target: str, slot_of: dict[str, int],
              for (g, k), run in zip(lowered, runs)}
     param_slots = [slot_of[n.name] for n in graph.params]
     for gid, pairs in writes.items():
-        steps[gid].into = {pos: param_slots[p] for pos, p in pairs}
+        steps[gid].write_into({pos: param_slots[p] for pos, p in pairs})
     return steps
