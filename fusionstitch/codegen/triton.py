@@ -516,7 +516,7 @@ def block_sizes(c: Component, xnumel: int, rnumel: int, interpret: bool) -> tupl
 # exp(x - max), ...) live across all its loops. But block_sizes caps a program's tile
 # [XBLOCK, RBLOCK] at 4096 elements (32 fp32 registers per thread per live tile with
 # Triton's 4 warps) whatever the row, and the looped variant holds an accumulator tile per
-# reduction besides; compiled for sm_90 (ptxas -v, 2025), persistent softmax, layer norm
+# reduction besides; compiled for sm_90 (ptxas -v, 2026-11), persistent softmax, layer norm
 # and a cross-entropy-like row use 80-142 registers where looped ones use 124-211, neither
 # spilling, at rows of 256, 1024 and 2048 (fp32 and fp16 inputs), and a layer-norm backward
 # row kernel that spills 324-412 bytes looped spills none persistent. So every row that
