@@ -60,7 +60,7 @@ reduction gives 0 for sum, 1 for prod, and max/min never see one).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Callable, Union
 
 from .expr import ONE, Expr, Sym, to_source
 
@@ -269,11 +269,15 @@ def _body_text(c: Component, pad: str) -> list[str]:
     return lines
 
 
-def template(k: Kernel) -> str:
+def template(k: Kernel, persistent: Callable[[Component], bool] | None = None) -> str:
     """The implementation template of a kernel in the paper's spirit, one part per component:
     which dims map to the grid (x, or b: one program per batch entry), which a program loops
     over (r), in how many passes; a batch component lists its stages, `S` marking those
-    that keep their results for later stages (scratch)."""
+    that keep their results for later stages (scratch). `persistent` (from the target)
+    says which reduce components keep their row in registers at the lowering-time sizes
+    instead of looping over it: they read `persistent r<N xK` (K passes over one row)."""
+    def fits(c: Component) -> bool:
+        return persistent is not None and persistent(c)
     scratch = {b.name for b in k.scratch}
     parts = []
     for c in k.components:
@@ -288,13 +292,15 @@ def template(k: Kernel) -> str:
                     if st.znumel != ONE:
                         text += f" z<{to_source(st.znumel)}"
                 elif st.kind == "reduce":
-                    text += f" r<{to_source(st.rnumel)} x{len(st.loops)}"
+                    text += (f"{' persistent' if fits(st) else ''} r<{to_source(st.rnumel)} "
+                             f"x{len(st.loops)}")
                 if any(isinstance(s, Store) and s.buffer in scratch for s in _stmts(st)):
                     text += " S"
                 stages.append(text)
             parts.append(f"grid b<{to_source(c.xnumel)}, " + ", ".join(stages))
         else:
-            parts.append(f"grid x<{to_source(c.xnumel)}, loop r<{to_source(c.rnumel)} "
+            how = "persistent" if fits(c) else "loop"
+            parts.append(f"grid x<{to_source(c.xnumel)}, {how} r<{to_source(c.rnumel)} "
                          f"x{len(c.loops)}")
     text = " | ".join(parts)
     return f"packing[{text}]" if len(parts) > 1 else f"[{text}]"

@@ -274,7 +274,8 @@ def _lower_flat(L: Lowerer, names: list[str], numel: int) -> Component:
         if name not in L.escaping:
             continue
         for element, t in _tensor_parts(L, name):
-            if t.numel == 0:
+            if t.numel == 0:        # nothing to store, but a reader needs the empty tensor
+                L.output_buffer(name, element, t)
                 continue
             idx = unravel_shape(L, x, t.shape)
             cond = None
@@ -367,7 +368,10 @@ def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
         if n not in L.escaping:
             continue
         for el, t in _tensor_parts(L, n):
-            if (n, el) in done or t.numel == 0:
+            if (n, el) in done:
+                continue
+            if t.numel == 0:        # nothing to store, but a reader needs the empty tensor
+                L.output_buffer(n, el, t)
                 continue
             if t.numel == space.blocks:
                 _store(L, n, el, t, unravel_shape(L, E.Var("x"), t.shape))

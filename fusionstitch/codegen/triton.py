@@ -2,11 +2,16 @@
 
 One launch runs every component: programs [start_c, end_c) of the 1-D grid run
 component c (kernel packing). A flat component maps XBLOCK consecutive x to a
-program; a reduce component gives a program XBLOCK rows and loops over its
-rows RBLOCK elements at a time (the paper's block composition with size
-shrinking: rows longer than RBLOCK are never kept on chip whole). Block sizes
-are `tl.constexpr` chosen per launch, sizes and strides are run-time ints, so
-one source serves every shape (MXNet's cache keyed by structure and dtypes).
+program; a reduce component gives a program XBLOCK rows, in one of two variants
+chosen per launch by the constexpr PERSISTENT: rows that fit one block (up to
+PERSISTENT_RNUMEL) are loaded once and kept in registers while every loop's
+reductions and the stores run on them (a persistent reduction: `codegen/persist.py`
+drops what an earlier loop computed); longer rows are looped over RBLOCK elements
+at a time, each loop re-reading them (the paper's block composition with size
+shrinking: rows longer than RBLOCK are never kept on chip whole). Block sizes and
+the variant are `tl.constexpr` chosen per launch, sizes and strides are run-time
+ints, so one source serves every shape (MXNet's cache keyed by structure and
+dtypes); Triton compiles only the variant a launch takes.
 
 A batch component (block composition around small GEMMs, `codegen/batch.py`) gives
 one program per batch entry; the program runs the stages in order, each a loop over
@@ -36,7 +41,8 @@ from ..runtime import counters as _stats
 from ..runtime.cache import cache_dir, digest
 from . import expr as E
 from .kernel import (COMPARISONS, Component, Constant, Dot, Index, Kernel, Load, Op, Reduce,
-                     Store, identity)
+                     Store, _value, identity)
+from .persist import persistent_loops
 
 TL_DTYPE = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
             "bf16": "tl.bfloat16", "i64": "tl.int64", "i32": "tl.int32", "i16": "tl.int16",
@@ -194,12 +200,44 @@ class _Printer:
             self.stmt(s, depth, f"[{xb}]", "zx")
 
     def reduce_body(self, c: Component, tag: str, depth: int) -> None:
-        """Loops over r and the per-x epilogue; x ([XBLOCK, 1]) and the sizes are set."""
+        """Both variants of a reduce component, chosen per launch by the constexpr
+        PERSISTENT (Triton compiles only the branch taken), then the per-x epilogue;
+        x ([XBLOCK, 1]) and the sizes are set."""
         xb, rb = f"XBLOCK{tag}", f"RBLOCK{tag}"
         self.emit("xmask = x < xnumel", depth)
         self.emit(f"rbase = tl.arange(0, {rb})[None, :]", depth)
         self.emit(f"zx = tl.full([{xb}, 1], 0, {self.it})", depth)
         self.emit(f"zxr = tl.full([{xb}, {rb}], 0, {self.it})", depth)
+        if c.loops:
+            self.emit(f"if PERSISTENT{tag}:  # the row fits one block: loaded once, kept "
+                      "in registers", depth)
+            self.persistent(c, tag, depth + 1)
+            self.emit(f"else:  # the row is looped over, {rb} elements at a time", depth)
+            self.looped(c, tag, depth + 1)
+        for s in c.body:
+            self.stmt(s, depth, f"[{xb}, 1]", "zx")
+
+    def persistent(self, c: Component, tag: str, depth: int) -> None:
+        """One tile [XBLOCK, RBLOCK] covers the rows (rnumel <= RBLOCK): no loop over r;
+        each loop's reductions run on the tile, and a value an earlier loop computed is
+        reused (codegen/persist.py), not reloaded or recomputed."""
+        xb, rb = f"XBLOCK{tag}", f"RBLOCK{tag}"
+        self.emit("r = rbase", depth)
+        self.emit("rmask = r < rnumel", depth)
+        for j, body in enumerate(persistent_loops(c, self.k.may_alias)):
+            self.emit(f"# loop {j}, on the row in registers", depth)
+            for s in body:
+                if isinstance(s, Reduce):
+                    self.emit(f"{s.var} = tl.reduce({s.value}, 1, {_COMBINE[s.kind]}, "
+                              "keep_dims=True)", depth)
+                    self.nan_check(s, s.value, depth)
+                else:
+                    self.stmt(s, depth, f"[{xb}, {rb}]", "zxr")
+
+    def looped(self, c: Component, tag: str, depth: int) -> None:
+        """Each loop runs r over the row RBLOCK at a time, accumulating its reductions
+        lane-wise in [XBLOCK, RBLOCK] accumulators reduced after the loop."""
+        xb, rb = f"XBLOCK{tag}", f"RBLOCK{tag}"
         for j, loop in enumerate(c.loops):
             reduces = [s for s in loop.body if isinstance(s, Reduce)]
             self.emit(f"# loop {j} over r", depth)
@@ -228,13 +266,15 @@ class _Printer:
                 acc = f"acc_{red.var}"
                 self.emit(f"{red.var} = tl.reduce({acc}, 1, {_COMBINE[red.kind]}, "
                           "keep_dims=True)", depth)
-                if red.kind != "sum" and red.dtype.startswith(("f", "bf")):
-                    # the interpreter's max/min skip NaN; torch propagates it
-                    self.emit(f"{red.var} = tl.where(tl.reduce(({acc} != {acc}).to(tl.int32), 1,"
-                              f" {_COMBINE['max']}, keep_dims=True) > 0, float('nan'), "
-                              f"{red.var})", depth)
-        for s in c.body:
-            self.stmt(s, depth, f"[{xb}, 1]", "zx")
+                self.nan_check(red, acc, depth)
+
+    def nan_check(self, red: Reduce, tile: str, depth: int) -> None:
+        """A float max/min is NaN where its row has a NaN (torch propagates it); the
+        combine functions skip NaN (tl.maximum's default, and so does the interpreter)."""
+        if red.kind != "sum" and red.dtype.startswith(("f", "bf")):
+            self.emit(f"{red.var} = tl.where(tl.reduce(({tile} != {tile}).to(tl.int32), 1, "
+                      f"{_COMBINE['max']}, keep_dims=True) > 0, float('nan'), {red.var})",
+                      depth)
 
     def bound(self, dim: str, tag: str, numel: str) -> str:
         """A loop's upper bound: the interpreter cannot take a run-time int as a loop bound
@@ -410,6 +450,8 @@ def _constexprs(c: Component, tag: str, interpret: bool, top: bool = True) -> li
                 for p in _constexprs(st, f"{tag}_{j}", interpret, top=False)]
     dims = _DIMS[c.kind]
     names = [f"{d}BLOCK{tag}" for d in dims]
+    if c.kind == "reduce" and c.loops:
+        names.append(f"PERSISTENT{tag}")
     if interpret:   # a top-level component's x is the grid, a stage's is a loop
         names += [f"{d}LOOP{tag}" for d in (dims[1:] if top else dims)]
         if c.znumel != E.ONE:
@@ -432,6 +474,8 @@ def _meta(c: Component, tag: str, env: dict, interpret: bool, top: bool = True) 
         block = {"X": xb, "R": rb}
     dims = _DIMS[c.kind]
     out = {f"{d}BLOCK{tag}": block[d] for d in dims}
+    if c.kind == "reduce" and c.loops:
+        out[f"PERSISTENT{tag}"] = persistent(n["R"], block["R"])
     if interpret:
         out.update({f"{d}LOOP{tag}": n[d] for d in (dims[1:] if top else dims)})
         if c.znumel != E.ONE:
@@ -465,6 +509,37 @@ def block_sizes(c: Component, xnumel: int, rnumel: int, interpret: bool) -> tupl
         return 1024, 1
     rb = min(_pow2(rnumel), 2048)
     return min(_pow2(xnumel), max(1, 4096 // rb)), rb
+
+
+# Longest row a persistent program keeps in registers. Register pressure is what limits
+# it: a persistent program keeps every value a later loop reads (the loaded row,
+# exp(x - max), ...) live across all its loops. But block_sizes caps a program's tile
+# [XBLOCK, RBLOCK] at 4096 elements (32 fp32 registers per thread per live tile with
+# Triton's 4 warps) whatever the row, and the looped variant holds an accumulator tile per
+# reduction besides; compiled for sm_90 (ptxas -v, 2026-11), persistent softmax, layer norm
+# and a cross-entropy-like row use 80-142 registers where looped ones use 124-211, neither
+# spilling, at rows of 256, 1024 and 2048 (fp32 and fp16 inputs), and a layer-norm backward
+# row kernel that spills 324-412 bytes looped spills none persistent. So every row that
+# fits the GPU's largest block (2048) runs persistent; the same cap bounds the interpreter
+# (whose blocks reach 4096), so both targets pick the same variant for a shape and the CPU
+# tests check the GPU's choice.
+PERSISTENT_RNUMEL = 2048
+
+
+def persistent(rnumel: int, rblock: int) -> bool:
+    """Whether a reduce component runs its persistent variant: the whole row fits one
+    block, and it is no longer than PERSISTENT_RNUMEL (register pressure). Both targets
+    (GPU and interpreter) use the same rule, so the interpreter tests check both variants."""
+    return rnumel <= min(rblock, PERSISTENT_RNUMEL)
+
+
+def runs_persistent(c: Component, interpret: bool) -> bool:
+    """Whether reduce component `c` runs persistent at its lowering-time sizes (the
+    template that explain() prints; a launch decides from its own sizes)."""
+    if c.kind != "reduce" or not c.loops:
+        return False
+    xnumel, rnumel = _value(c.xnumel), _value(c.rnumel)
+    return persistent(rnumel, block_sizes(c, xnumel, rnumel, interpret)[1])
 
 
 class TritonKernel:

@@ -118,7 +118,8 @@ def _template(plan, group, target: str) -> str:
         k = lower_cached(plan.graph, group.nodes)
     except Unsupported:
         return ""
-    return " " + template(k)
+    from .source import persistent_rule
+    return " " + template(k, persistent_rule(target))
 
 
 def plan_report(graphs: list[Graph], strategy: str, target: str) -> Report:

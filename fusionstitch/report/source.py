@@ -52,6 +52,15 @@ def _no_source(group: Group, target: str) -> str:
     return f"target {target!r} generates no kernels: plans run group by group through torch"
 
 
+def persistent_rule(target: str):
+    """Which reduce components keep their row on chip on `target` (the Triton targets), for
+    the template; None where none does (the C++ target: its row buffers are in rowbuf.py)."""
+    if target not in ("cuda", "interpret"):
+        return None
+    from ..codegen.triton import runs_persistent
+    return lambda c: runs_persistent(c, target == "interpret")
+
+
 def kernel_source(plan: FusionPlan, group: Group, target: str, kernel=None) -> KernelSource:
     """The source `target` generates for `group` (library and free groups get a reason).
 
@@ -77,7 +86,7 @@ def kernel_source(plan: FusionPlan, group: Group, target: str, kernel=None) -> K
         if strict():
             raise
         return KernelSource(group.id, reason=f"no {language} source: {type(e).__name__}: {e}")
-    tpl = template(k)
+    tpl = template(k, persistent_rule(target))
     ops = " ".join(f"%{n}={plan.graph[n].op}" for n in group.nodes)
     lines = [f"group #{group.id} ({group.composition}) {tpl}: {ops}", ""]
     lines += kernel_text(k).splitlines()

@@ -54,4 +54,7 @@ def test_print_shows_each_kernels_template_on_codegen_targets():
     rep = fusionstitch.explain(lambda x: torch.softmax(x, -1) * 2, torch.randn(4, 8),
                                target="interpret")
     text = str(rep)
-    assert "[grid x<" in text and "loop r<" in text, text
+    assert "[grid x<" in text and "persistent r<" in text, text   # the row fits one block
+    rep = fusionstitch.explain(lambda x: torch.softmax(x, -1) * 2, torch.randn(2, 3000),
+                               target="interpret")
+    assert "loop r<" in str(rep), str(rep)                         # longer rows are looped
