@@ -4,10 +4,12 @@ from __future__ import annotations
 # cache_hits / kernels_compiled: kernels; plan_cache_hits / plan_cache_misses: fusion
 # plans looked up in the plan cache (fusion/plan_cache.py; a bypassed look-up is neither);
 # graph_cache_hits / graph_cache_misses: AOTAutograd graphs looked up in the graph cache
-# (frontend/graph_cache.py; a graph it may not cache is neither)
+# (frontend/graph_cache.py; a graph it may not cache is neither);
+# cuda_graph_captures / cuda_graph_replays: programs captured in and replayed from CUDA
+# graphs (runtime/cudagraph.py; a replay also bumps kernels_launched and library_calls)
 _KEYS = ("kernels_launched", "library_calls", "compiles", "cache_hits", "fallbacks",
          "kernels_compiled", "inplace_writes", "plan_cache_hits", "plan_cache_misses",
-         "graph_cache_hits", "graph_cache_misses")
+         "graph_cache_hits", "graph_cache_misses", "cuda_graph_captures", "cuda_graph_replays")
 _COUNTERS: dict[str, int] = dict.fromkeys(_KEYS, 0)
 
 
