@@ -7,7 +7,8 @@
 AOTAutograd with core-aten decompositions gives functional forward and
 backward aten graphs; each becomes a `CompiledGraph`, which specialises per
 concrete input signature (shapes, dtypes, SymInt values): FX -> IR ->
-canonicalisation passes -> fusion plan -> Program.
+canonicalisation passes -> fusion plan -> Program (run through a CUDA graph with
+`cuda_graphs=True` on the cuda target: runtime/cudagraph.py).
 """
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ class Specialisation:
     plan: FusionPlan
     program: Program
     planning_seconds: float
+    run: Callable             # what a call runs: the program, or its CUDA-graph wrapper
 
 
 _FALLBACK = object()
@@ -112,7 +114,7 @@ class CompiledGraph:
         if entry is _FALLBACK:
             out = self.gm(*args)
             return list(out) if isinstance(out, (tuple, list)) else [out]
-        return entry.program([a for a in args if isinstance(a, torch.Tensor)])
+        return entry.run([a for a in args if isinstance(a, torch.Tensor)])
 
     def _specialise(self, args: list) -> Any:
         try:
@@ -132,14 +134,18 @@ class CompiledGraph:
             param_of = {j: k for k, j in enumerate(
                 j for j, a in enumerate(args) if isinstance(a, torch.Tensor))}
             mutated = [(i, param_of[j]) for i, j in self.mutated if j in param_of]
-            program = Program(plan, device,
-                              self.options.resolved_target() if self.execute else "torch",
-                              mutated)
+            target = self.options.resolved_target() if self.execute else "torch"
+            program = Program(plan, device, target, mutated)
+            run = program
+            if self.options.cuda_graphs:
+                from ..runtime.cudagraph import wrap
+                run = wrap(program, self.name, mutated, target,
+                           [a for a in args if isinstance(a, torch.Tensor)])
             if dump:
                 from ..report.debug import dump_kernels
                 dump_kernels(dump.folder, plan, program.kernel_steps,
                              self.options.resolved_target())
-            return Specialisation(canon, plan, program, seconds)
+            return Specialisation(canon, plan, program, seconds, run)
         except Unsupported as e:
             self.fallback_reason = str(e)
             log.warning("%s runs through torch unfused: %s", self.name, e)

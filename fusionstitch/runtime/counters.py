@@ -5,10 +5,13 @@ from __future__ import annotations
 # plans looked up in the plan cache (fusion/plan_cache.py; a bypassed look-up is neither);
 # graph_cache_hits / graph_cache_misses: AOTAutograd graphs looked up in the graph cache
 # (frontend/graph_cache.py; a graph it may not cache is neither); buffers_recycled: kernel
-# outputs given the memory of a dead value instead of a fresh allocation (runtime/recycle.py)
+# outputs given the memory of a dead value instead of a fresh allocation (runtime/recycle.py);
+# cuda_graph_captures / cuda_graph_replays: programs captured in and replayed from CUDA
+# graphs (runtime/cudagraph.py; a replay also bumps kernels_launched and library_calls)
 _KEYS = ("kernels_launched", "library_calls", "compiles", "cache_hits", "fallbacks",
          "kernels_compiled", "inplace_writes", "plan_cache_hits", "plan_cache_misses",
-         "graph_cache_hits", "graph_cache_misses", "buffers_recycled")
+         "graph_cache_hits", "graph_cache_misses", "buffers_recycled", "cuda_graph_captures",
+         "cuda_graph_replays")
 _COUNTERS: dict[str, int] = dict.fromkeys(_KEYS, 0)
 
 
