@@ -181,6 +181,16 @@ def _strict(value: Any) -> Any:
     return value
 
 
+def fresh_name(stem: str, taken: set[str]) -> str:
+    """`stem_k` for the smallest k not in `taken` (which then holds it): names of the nodes
+    a rewrite adds beside the graph's own."""
+    k = 0
+    while f"{stem}_{k}" in taken:
+        k += 1
+    taken.add(f"{stem}_{k}")
+    return f"{stem}_{k}"
+
+
 @dataclass(frozen=True, eq=False)
 class Node:
     """One op application. `args`/`kwargs` follow the op's aten schema."""

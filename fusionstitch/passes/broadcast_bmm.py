@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ..ir.graph import Graph, Node, Ref, TensorType
+from ..ir.graph import Graph, Node, Ref, TensorType, fresh_name
 from .simplify import RESHAPES
 
 BMM = "bmm.default"
@@ -55,14 +55,6 @@ def _broadcast_source(ref, nodes: dict[str, Node]):
     return src, (shape[0] != 1, shape[1] != 1), out
 
 
-def _fresh(name: str, taken: set[str]) -> str:
-    k = 0
-    while f"{name}_{k}" in taken:
-        k += 1
-    taken.add(f"{name}_{k}")
-    return f"{name}_{k}"
-
-
 def _rewrite(n: Node, nodes: dict[str, Node], taken: set[str]) -> list[Node] | None:
     if n.op != BMM or n.kwargs or len(n.args) != 2:
         return None
@@ -77,7 +69,7 @@ def _rewrite(n: Node, nodes: dict[str, Node], taken: set[str]) -> list[Node] | N
     dt = n.type.dtype
 
     def node(stem: str, op: str, args: tuple, shape: tuple) -> Node:
-        return Node(_fresh(f"{n.name}_{stem}", taken), op, args, type=TensorType(shape, dt))
+        return Node(fresh_name(f"{n.name}_{stem}", taken), op, args, type=TensorType(shape, dt))
 
     rows = node("rows", "reshape.default", (Ref(e.name), (B * L, D)), (B * L, D))
     blocks = node("blocks", "reshape.default", (Ref(w.name), (K, D, C)), (K, D, C))
@@ -86,7 +78,7 @@ def _rewrite(n: Node, nodes: dict[str, Node], taken: set[str]) -> list[Node] | N
     gemm = node("mm", "mm.default", (Ref(rows.name), Ref(cols.name)), (B * L, K * C))
     split = node("split", "view.default", (Ref(gemm.name), (B, L, K, C)), (B, L, K, C))
     order = node("order", "permute.default", (Ref(split.name), (0, 2, 1, 3)), (B, K, L, C))
-    dense = Node(_fresh(f"{n.name}_dense", taken), CLONE, (Ref(order.name),),
+    dense = Node(fresh_name(f"{n.name}_dense", taken), CLONE, (Ref(order.name),),
                  (("memory_format", torch.contiguous_format),), type=order.type)
     out = Node(n.name, "view.default", (Ref(dense.name), n.type.shape), type=n.type)
     return [rows, blocks, side, cols, gemm, split, order, dense, out]

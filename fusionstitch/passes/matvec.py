@@ -15,7 +15,7 @@ while the GEMM accumulates unrounded products, so the numbers would differ.
 """
 from __future__ import annotations
 
-from ..ir.graph import Graph, Node, Ref, TensorType
+from ..ir.graph import Graph, Node, Ref, TensorType, fresh_name
 
 MATMULS = frozenset({"bmm.default", "mm.default"})
 FLOAT_TYPES = frozenset({"f32", "f64"})
@@ -34,14 +34,6 @@ def _vector_product(n: Node, types: dict[str, TensorType]) -> bool:
         return False
     m, n_cols = a.shape[-2], b.shape[-1]
     return (m == 1 or n_cols == 1) and n.type.numel > 0
-
-
-def _fresh(name: str, taken: set[str]) -> str:
-    k = 0
-    while f"{name}_{k}" in taken:
-        k += 1
-    taken.add(f"{name}_{k}")
-    return f"{name}_{k}"
 
 
 def decompose_matvec(g: Graph) -> Graph:
@@ -63,16 +55,16 @@ def decompose_matvec(g: Graph) -> Graph:
         m, k, cols = ta.shape[-2], ta.shape[-1], tb.shape[-1]
         if cols == 1:
             # out[.., i, 0] = sum_j a[.., i, j] * b[.., j, 0]: b's column as a row
-            vec = Node(_fresh(f"{n.name}_vec", taken), "permute.default", (b, swap),
+            vec = Node(fresh_name(f"{n.name}_vec", taken), "permute.default", (b, swap),
                        type=TensorType(lead + (1, k), tb.dtype))
-            prod = Node(_fresh(f"{n.name}_prod", taken), "mul.Tensor", (a, Ref(vec.name)),
+            prod = Node(fresh_name(f"{n.name}_prod", taken), "mul.Tensor", (a, Ref(vec.name)),
                         type=TensorType(lead + (m, k), ta.dtype))
             dim = rank - 1
         else:
             # out[.., 0, i] = sum_j a[.., 0, j] * b[.., j, i]: a's row as a column
-            vec = Node(_fresh(f"{n.name}_vec", taken), "permute.default", (a, swap),
+            vec = Node(fresh_name(f"{n.name}_vec", taken), "permute.default", (a, swap),
                        type=TensorType(lead + (k, 1), ta.dtype))
-            prod = Node(_fresh(f"{n.name}_prod", taken), "mul.Tensor", (Ref(vec.name), b),
+            prod = Node(fresh_name(f"{n.name}_prod", taken), "mul.Tensor", (Ref(vec.name), b),
                         type=TensorType(lead + (k, cols), ta.dtype))
             dim = rank - 2
         total = Node(n.name, "sum.dim_IntList", (Ref(prod.name), (dim,), True), type=n.type)
