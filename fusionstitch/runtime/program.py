@@ -130,29 +130,20 @@ class Program:
         for slot, t in self.constants:
             values[slot] = t
         kernels = library = 0
-        recycled = self.recycled
-        pool = self._pool if recycled else None
+        pool = self._pool if self.recycled else None
         for kind, ops in self.steps:
             if kind == "generated":
                 step, dead = ops
                 step(values, pool)
-                for d in dead:
-                    if d in recycled:
-                        t, values[d] = values[d], None
-                        _recycle.offer(pool, t, self._room)
-                    else:
-                        values[d] = None
+                if dead:
+                    self._drop(values, dead, pool)
                 kernels += 1
                 continue
             for slot, fn, args, kwargs, dead in ops:
                 values[slot] = fn(*_fill(args, values), **{k: _fill(v, values)
                                                          for k, v in kwargs.items()})
-                for d in dead:
-                    if d in recycled:
-                        t, values[d] = values[d], None
-                        _recycle.offer(pool, t, self._room)
-                    else:
-                        values[d] = None
+                if dead:
+                    self._drop(values, dead, pool)
             if kind == KERNEL:
                 kernels += 1
             elif kind == LIBRARY:
@@ -162,6 +153,16 @@ class Program:
         if self.num_fallback_calls:
             _stats.bump("fallbacks", self.num_fallback_calls)
         return [_fill(o, values) for o in self.outputs]
+
+    def _drop(self, values: list, dead, pool: dict | None) -> None:
+        """Free the values of `dead` slots; the memory of recyclable ones goes to `pool`."""
+        recycled = self.recycled
+        for d in dead:
+            if d in recycled:
+                t, values[d] = values[d], None
+                _recycle.offer(pool, t, self._room)
+            else:
+                values[d] = None
 
 
 def _getitem(seq, index):
