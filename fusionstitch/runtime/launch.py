@@ -7,6 +7,7 @@ from typing import Callable
 import torch
 
 from ..codegen.kernel import Kernel
+from ..ir.graph import DTYPES, ITEMSIZE
 from . import recycle
 
 
@@ -33,7 +34,6 @@ class KernelStep:
         # inputs whose strides are syms: stride() once each (stride(d) parses its argument:
         # twice the cost, paid per bound dim; an optimizer step binds 300)
         self.strided = sorted({i for i, _ in self.binding if i is not None})
-        from ..ir.graph import DTYPES
         self.torch_dtype = [DTYPES[o[3]] for o in self.outputs]
         # output position -> slot of the input it may be stored into (runtime/inplace.py)
         self.into: dict[int, int] = {}
@@ -41,7 +41,6 @@ class KernelStep:
         # block composition's per-program intermediates (batch components), per launch
         self.scratch = [(b.shape, DTYPES[b.dtype]) for b in kernel.scratch]
         # output position -> its bytes, for outputs big enough to take recycled memory
-        from ..ir.graph import ITEMSIZE
         sizes = [math.prod(b.shape) * ITEMSIZE[b.dtype] for b in kernel.outputs]
         self.pooled = {k: n for k, n in enumerate(sizes) if n >= recycle.MIN_BYTES}
 
