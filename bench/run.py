@@ -13,6 +13,10 @@ instance (optimizer state and in-place updates do not leak between variants):
 * ``warm_start_s`` (fusionstitch): the first step of a new compile after the cold one,
   with the in-memory caches cleared: kernels come from the disk cache, as in a new
   process (less Python's imports; not measured by the demo);
+* ``warm_start_precompiled_s`` (fusionstitch): the same with torch's caching precompile
+  (``TORCH_CACHING_PRECOMPILE=1``): Dynamo's bytecode, guards and our inference graphs
+  saved by one compile and loaded by the next, so nothing is traced
+  (``warm_start_precompiled_loads``: graphs loaded; 0 for training graphs, traced again);
 * the step time: median, p10, p90 over the timed runs, after warm-up;
 * kernels: fusionstitch's ``stats()`` delta over one step (kernels launched, library
   calls); Inductor's ``torch._inductor.metrics.generated_kernel_count`` over its
@@ -263,6 +267,63 @@ def warm_start(name: str, size: str, target: str) -> tuple[float, dict]:
         "kernels_compiled", "plan_cache_hits", "graph_cache_hits")}
 
 
+def warm_start_precompiled(name: str, size: str, target: str) -> tuple[float, dict]:
+    """Like :func:`warm_start`, with torch's caching precompile on: a compile saves
+    Dynamo's bytecode and guards and our graphs (``torch.compiler.save_cache_artifacts``,
+    into a temporary Dynamo cache folder), then a fresh compile loads them instead of
+    tracing; seconds to the end of its first step, and how many graphs it loaded (0: a
+    training graph, which precompile cannot carry yet, traced again)."""
+    import logging
+    import tempfile
+    import time
+
+    import torch
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+    from torch._dynamo.precompile_context import PrecompileContext
+
+    from bench import workloads as W
+    from fusionstitch.runtime.cache import clear_memory_caches
+    from fusionstitch.runtime.counters import stats
+
+    def fresh():
+        torch._dynamo.reset()
+        clear_memory_caches()
+        PrecompileContext.clear()
+
+    old_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    guards_log = logging.getLogger("torch._dynamo.guards")   # a warning per dropped guard
+    old_level = guards_log.level
+    codes = set()
+    with tempfile.TemporaryDirectory(prefix="fusionstitch-bench-dynamo-") as d, \
+            torch._dynamo.config.patch(caching_precompile=True):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = d
+        guards_log.setLevel(logging.ERROR)
+        try:
+            fresh()
+            inst = W.make(name, size, device=_device(target))
+            codes.add(getattr(inst.fn, "forward", inst.fn).__code__)
+            W.step(inst, _compile("fusionstitch", inst.fn, target))
+            torch.compiler.save_cache_artifacts()
+            fresh()
+            inst = W.make(name, size, device=_device(target))
+            before = stats()["precompile_loads"]
+            start = time.perf_counter()   # torch.compile itself loads: time it too
+            W.step(inst, _compile("fusionstitch", inst.fn, target))
+            if target == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+            return seconds, {"loads": stats()["precompile_loads"] - before}
+        finally:
+            for code in codes:   # torch._dynamo.reset() leaves what a load installed
+                _reset_precompile_entries(code)
+            fresh()
+            guards_log.setLevel(old_level)
+            if old_dir is None:
+                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = old_dir
+
+
 def _error(e: Exception) -> dict:
     traceback.print_exc(file=sys.stderr)
     return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:500]}
@@ -320,6 +381,12 @@ def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, 
                 entries["fusionstitch"].update({f"warm_start_{k}": v for k, v in found.items()})
             except Exception as e:
                 entries["fusionstitch"]["warm_start_error"] = _error(e)["error"]
+            try:
+                seconds, found = warm_start_precompiled(name, size, target)
+                entries["fusionstitch"]["warm_start_precompiled_s"] = seconds
+                entries["fusionstitch"]["warm_start_precompiled_loads"] = found["loads"]
+            except Exception as e:
+                entries["fusionstitch"]["warm_start_precompiled_error"] = _error(e)["error"]
     print(f"[{index}] {name}: median " + ", ".join(
         f"{v} {e['median_s'] * 1e3:.3f} ms" for v, e in entries.items() if "median_s" in e)
         + f" ({max((e.get('runs', 0) for e in entries.values()), default=0)} rounds)",
@@ -375,6 +442,7 @@ def table(rows: list[dict], variants) -> str:
         ("compile s ind", "inductor", "first_call_s", ".1f"),
         ("compile s fs", "fusionstitch", "first_call_s", ".1f"),
         ("warm start s fs", "fusionstitch", "warm_start_s", ".2f"),
+        ("precompiled s fs", "fusionstitch", "warm_start_precompiled_s", ".2f"),
         ("fs/eager", "speedup", "fusionstitch_vs_eager", ".2f"),
         ("fs/ind", "speedup", "fusionstitch_vs_inductor", ".2f"),
         ("ind/eager", "speedup", "inductor_vs_eager", ".2f"),

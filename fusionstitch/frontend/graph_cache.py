@@ -386,6 +386,31 @@ def load(key: str, make: Callable[[torch.fx.GraphModule, list], Any], num_inputs
     if entry is None:
         counters.bump("graph_cache_misses")
         return None
+    return _build(key, entry, make, num_inputs)
+
+
+def payload(key: str) -> bytes | None:
+    """The entry stored under `key` in this process, pickled (what `load_payload` takes),
+    or None: not stored (not cacheable, or cached by another process only)."""
+    entry = _MEMORY.get(key)
+    return None if entry is None else pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def load_payload(key: str, data: bytes, make: Callable[[torch.fx.GraphModule, list], Any],
+                 num_inputs: int) -> Callable | None:
+    """`load` from an entry carried elsewhere (frontend/precompile.py): the same checks,
+    and the entry unpickles with the same allow-list."""
+    try:
+        entry = _unpickle(data)
+    except Exception as e:
+        log.debug("graph cache: ignoring carried entry %s: %s: %s", key, type(e).__name__, e)
+        counters.bump("graph_cache_misses")
+        return None
+    return _build(key, entry, make, num_inputs)
+
+
+def _build(key: str, entry: tuple, make: Callable[[torch.fx.GraphModule, list], Any],
+           num_inputs: int) -> Callable | None:
     try:
         nodes, mutated, inputs, user_outputs = entry
         if inputs != num_inputs:

@@ -8,7 +8,9 @@ AOTAutograd with core-aten decompositions gives functional forward and
 backward aten graphs; each becomes a `CompiledGraph`, which specialises per
 concrete input signature (shapes, dtypes, SymInt values): FX -> IR ->
 canonicalisation passes -> fusion plan -> Program (run through a CUDA graph with
-`cuda_graphs=True` on the cuda target: runtime/cudagraph.py).
+`cuda_graphs=True` on the cuda target: runtime/cudagraph.py). Inference graphs are
+cached without AOTAutograd (frontend/graph_cache.py) and take part in torch's caching
+precompile (frontend/precompile.py).
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from ..passes.pipeline import canonicalize
 from ..runtime import counters as _stats
 from ..runtime.program import Program
 from ..report.debug import dumper
-from . import graph_cache
+from . import graph_cache, precompile
 from .fx_to_ir import Unsupported, fx_to_ir, input_specs
 
 log = logging.getLogger("fusionstitch.frontend")
@@ -184,6 +186,7 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
                 cache_key, lambda g, pairs: make(g, kind="inference", mutated=pairs),
                 len(example_inputs))
             if hit is not None:
+                precompile.record(gm, cache_key, options, len(example_inputs))
                 return hit
 
         def inference_compiler(g, _):
@@ -195,7 +198,10 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
                            bw_compiler=bw_compiler,
                            inference_compiler=inference_compiler,
                            decompositions=decompositions())
-        return aot(gm, example_inputs)
+        compiled = aot(gm, example_inputs)
+        # torch's caching precompile, when it is on (frontend/precompile.py)
+        precompile.record(gm, cache_key, options, len(example_inputs))
+        return compiled
 
     fusionstitch_backend.options = options  # type: ignore[attr-defined]
     return fusionstitch_backend

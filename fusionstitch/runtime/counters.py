@@ -7,11 +7,13 @@ from __future__ import annotations
 # (frontend/graph_cache.py; a graph it may not cache is neither); buffers_recycled: kernel
 # outputs given the memory of a dead value instead of a fresh allocation (runtime/recycle.py);
 # cuda_graph_captures / cuda_graph_replays: programs captured in and replayed from CUDA
-# graphs (runtime/cudagraph.py; a replay also bumps kernels_launched and library_calls)
+# graphs (runtime/cudagraph.py; a replay also bumps kernels_launched and library_calls);
+# precompile_records / precompile_loads: graphs handed to and rebuilt from torch's caching
+# precompile (frontend/precompile.py)
 _KEYS = ("kernels_launched", "library_calls", "compiles", "cache_hits", "fallbacks",
          "kernels_compiled", "inplace_writes", "plan_cache_hits", "plan_cache_misses",
          "graph_cache_hits", "graph_cache_misses", "buffers_recycled", "cuda_graph_captures",
-         "cuda_graph_replays")
+         "cuda_graph_replays", "precompile_records", "precompile_loads")
 _COUNTERS: dict[str, int] = dict.fromkeys(_KEYS, 0)
 
 
