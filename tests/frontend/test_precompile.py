@@ -87,6 +87,28 @@ def test_a_saved_frame_loads_without_tracing_and_matches_eager(name):
         torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-6)
 
 
+def _softmax_break_cos(x, y):
+    a = torch.softmax(x * 2, -1)
+    torch._dynamo.graph_break()   # two graphs: the frame and its resume function
+    return (a + y).cos(), y.sum()
+
+
+def test_both_graphs_around_a_graph_break_load():
+    def run():
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randn(4, 8, generator=g), torch.randn(4, 8, generator=g)
+        with torch.no_grad():
+            got = compiled(_softmax_break_cos)(x, y)
+        torch.testing.assert_close(got, _softmax_break_cos(x, y))
+
+    run()
+    assert fusionstitch.stats()["precompile_records"] == 2
+    torch.compiler.save_cache_artifacts()
+    new_start()
+    run()
+    assert fusionstitch.stats()["precompile_loads"] == 2 and dynamo_cache() == (1, 0)
+
+
 def test_a_training_graph_is_not_carried_and_is_traced_again():
     got, inst, s = save_then_load("mlp", recorded=False)
     assert s["precompile_loads"] == 0 and dynamo_cache()[1] >= 1
