@@ -442,7 +442,7 @@ class _Printer(ReduceLoops):
         rows = self.row_sizes(c)
         if rows is None:
             self.emit(depth, f"#pragma omp parallel for {simd}schedule(static) "
-                             f"if(xnumel >= {PARALLEL_GRAIN})")
+                             f"if(parallel: xnumel >= {PARALLEL_GRAIN})")
             self.emit(depth, "for (int64_t x = 0; x < xnumel; ++x) {")
             self.masks(depth + 1, c.body, "xmask")
             self.stmts(depth + 1, c.body, {}, None)
@@ -458,7 +458,7 @@ class _Printer(ReduceLoops):
         self.emit(depth, "const int64_t xouter = (xnumel + xinner - 1) / xinner;")
         self.emit(depth, f"const int64_t xblocks = (xinner + {ROW_BLOCK - 1}) / {ROW_BLOCK};")
         self.emit(depth, f"#pragma omp parallel for schedule(static) "
-                         f"if(xnumel >= {PARALLEL_GRAIN})")
+                         f"if(parallel: xnumel >= {PARALLEL_GRAIN})")
         self.emit(depth, "for (int64_t xblock = 0; xblock < xouter * xblocks; ++xblock) {")
         self.emit(depth + 1, "const int64_t xo = xblock / xblocks;")
         self.emit(depth + 1, f"const int64_t xi_begin = (xblock % xblocks) * {ROW_BLOCK};")

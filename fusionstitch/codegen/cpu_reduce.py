@@ -80,7 +80,7 @@ class ReduceLoops:
             self.columns(depth, c)
             return
         self.rowplan = plan_rows(c)
-        parallel = f"if(xnumel > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})"
+        parallel = f"if(parallel: xnumel > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})"
         outer = depth
         if self.rowplan:
             self.emit(depth, f"#pragma omp parallel {parallel}")
@@ -206,7 +206,7 @@ class ReduceLoops:
             parallel = None
             if self.parallel_r and simd:
                 parallel = (f"#pragma omp parallel for{reduction} schedule(static) "
-                            f"if(rnumel >= {PARALLEL_GRAIN})")
+                            f"if(parallel: rnumel >= {PARALLEL_GRAIN})")
             rows = self.split_sizes(body, "r")
             blocked = [red for red in reduces if red.kind == "sum" and red.dtype in FLOATS
                        and red.dtype != "f64"] if rows is None and simd and not parallel \
@@ -314,7 +314,7 @@ class ReduceLoops:
             self.emit(depth, "const int64_t xblocks = (xnumel + xinner - 1) / xinner * "
                              "xrow_blocks;")
         self.emit(depth, "#pragma omp parallel for schedule(static) "
-                         f"if(xblocks > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})")
+                         f"if(parallel: xblocks > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})")
         self.emit(depth, "for (int64_t xb = 0; xb < xblocks; ++xb) {")
         d = depth + 1
         if rows is None:

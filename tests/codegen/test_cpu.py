@@ -160,6 +160,26 @@ def test_flat_broadcast_strided_and_new_sizes(expect):
         torch.testing.assert_close(out2, torch.exp(a2) * b2, rtol=2e-6, atol=0)
 
 
+def test_every_openmp_if_clause_names_parallel():
+    """OpenMP 5 applies an `if` clause without a modifier to every construct of a combined
+    one: `parallel for simd if(n >= grain)` also turned `simd` off below the grain, and
+    such loops ran scalar (an optimizer's small parameters; adam's kernel took 6x longer
+    when the grain was raised above its big parameters). Each `if` must name `parallel`."""
+    import re
+    _, flat_kernel = exp_mul_kernel(torch.randn(5, 20), torch.randn(20), bind=True)
+    kb = KB()
+    n = kb.sym("n", 1000)
+    ina, (s0,) = kb.input(torch.randn(1000))
+    o = kb.output((), "f32")
+    row_kernel = kb.kernel("total", reduce(E.ONE, n, [
+        [Load("v", ina, R * s0, None, "f32"), Reduce("s", "sum", "v", "f32")]],
+        [Store(o, E.ZERO, "s", None)]))
+    for k in (flat_kernel, row_kernel):
+        src = cpu.cpp_source(k)
+        clauses = re.findall(r"#pragma omp parallel[^\n]* if\(([a-z]*:?)", src)
+        assert clauses and set(clauses) == {"parallel:"}, src
+
+
 def test_names_are_made_legal():
     x = torch.randn(5)
     kb = KB()
