@@ -9,8 +9,10 @@ disk cache and loading are `cpu_build.py`.
 
 A compiled callable `run(buffers, syms)` takes the tensors of `Kernel.buffers` in
 order and the integer values of `Kernel.syms` in order; it calls the C function
-`fs_<digest>(in0, ..., out0, ..., sym0, ...)` through ctypes (pointers from
-`Tensor.data_ptr()`, ints as int64). Every component runs in turn; the x-loop of
+`fs_<digest>(in0, ..., out0, ..., sym0, ...)` through ctypes, by way of
+`fs_<digest>_packed(args)`, which reads them from one int64 array (pointers from
+`Tensor.data_ptr()`, then the syms): ctypes converts each argument of a call in
+Python. Every component runs in turn; the x-loop of
 each is `#pragma omp parallel for` (serial below PARALLEL_GRAIN iterations, or
 iterations times rnumel, where waking the threads costs more than it saves). The
 OpenMP runtime is the one torch loaded (same soname), so `torch.set_num_threads`
@@ -107,6 +109,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+from array import array
 import re
 from collections.abc import Callable
 
@@ -744,10 +747,14 @@ def cpp_source(kernel: Kernel, name: str | None = None) -> str:
 
 
 def _runner(cfunc, name: str) -> Callable[[list[torch.Tensor], list[int]], None]:
+    """`run(buffers, syms)`: calls `<name>_packed` with one array of the data pointers
+    then the syms (see PREAMBLE's `call_packed`)."""
     data_ptr = torch.Tensor.data_ptr
 
     def run(buffers: list[torch.Tensor], syms: list[int]) -> None:
-        cfunc(*map(data_ptr, buffers), *syms)
+        args = array("q", map(data_ptr, buffers))
+        args.extend(syms)
+        cfunc(args.buffer_info()[0])
 
     run.__name__ = name
     return run
@@ -770,17 +777,19 @@ def compile_cpu(kernels: list[Kernel]) -> list[Callable[[list[torch.Tensor], lis
         body = cpp_source(k, "FS_KERNEL_NAME")
         sym = "fs_" + digest(body)[:20]
         if sym not in unique:
-            unique[sym] = (k, body.replace("FS_KERNEL_NAME", sym, 1))
+            unique[sym] = (k, body.replace("FS_KERNEL_NAME", sym, 1) +
+                           f'\nextern "C" void {sym}_packed(const int64_t* a) '
+                           f'{{ fs::call_packed({sym}, a); }}\n')
         symbols.append(sym)
     source = "\n".join([PREAMBLE, cpu_vecmath.declarations()]
                        + [src for _, src in unique.values()])
     lib = load_library(len(unique), source, cpu_vecmath.link_flags())
     funcs = {}
     for sym, (k, _) in unique.items():
-        cfunc = getattr(lib, sym)
-        # pointers travel as int64 too (x86-64/aarch64 ABIs pass both in the same
-        # registers; converting to c_int64 is a little cheaper than to c_void_p)
-        cfunc.argtypes = [ctypes.c_int64] * (len(k.buffers) + len(k.syms))
+        cfunc = getattr(lib, sym + "_packed")
+        # the address of the argument array travels as an int64 (converting to c_int64
+        # is a little cheaper than to c_void_p; x86-64 and aarch64 pass both alike)
+        cfunc.argtypes = [ctypes.c_int64]
         cfunc.restype = None
         funcs[sym] = _runner(cfunc, sym)
     return [funcs[sym] for sym in symbols]

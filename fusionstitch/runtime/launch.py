@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+from itertools import chain
+from operator import itemgetter
 from typing import Callable
 
 import torch
@@ -9,6 +11,10 @@ import torch
 from ..codegen.kernel import Kernel
 from ..ir.graph import DTYPES, ITEMSIZE
 from . import recycle
+
+_stride = torch.Tensor.stride
+_untyped_storage = torch.Tensor.untyped_storage
+_storage_ptr = torch.UntypedStorage.data_ptr
 
 
 class KernelStep:
@@ -34,6 +40,21 @@ class KernelStep:
         # inputs whose strides are syms: stride() once each (stride(d) parses its argument:
         # twice the cost, paid per bound dim; an optimizer step binds 300)
         self.strided = sorted({i for i, _ in self.binding if i is not None})
+        # the syms picked in C from (constants..., strides of self.strided...): a third of
+        # the cost of a comprehension; an input's stride tuple has its type's rank
+        consts = tuple(v for i, v in self.binding if i is None)
+        start, at = {}, len(consts)
+        for i in self.strided:
+            start[i], at = at, at + len(kernel.inputs[i].shape)
+        where, c = [], 0
+        for i, v in self.binding:
+            if i is None:
+                where.append(c)
+                c += 1
+            else:
+                where.append(start[i] + v)
+        self._consts, self._flat_len = consts, at
+        self._pick = itemgetter(*where) if len(where) > 1 else None
         self.torch_dtype = [DTYPES[o[3]] for o in self.outputs]
         # output position -> slot of the input it may be stored into (runtime/inplace.py)
         self.into: dict[int, int] = {}
@@ -49,8 +70,7 @@ class KernelStep:
         for slot, element in self.inputs:
             v = values[slot]
             ins.append(v if element is None else v[element])
-        strides = {i: ins[i].stride() for i in self.strided}
-        syms = [v if i is None else strides[i][v] for i, v in self.binding]
+        syms = self._syms(ins)
         if self.into:
             outs = self._outputs_into(values, ins, pool)
         elif pool and self.pooled:
@@ -64,11 +84,26 @@ class KernelStep:
         self.run(ins + outs + scratch, syms)
         self._place(values, outs)
 
+    def _syms(self, ins: list) -> tuple | list:
+        """The values of the kernel's syms for these inputs."""
+        if self._pick is not None:
+            flat = self._consts + tuple(chain.from_iterable(
+                map(_stride, map(ins.__getitem__, self.strided))))
+            if len(flat) == self._flat_len:
+                return self._pick(flat)
+        strides = {i: ins[i].stride() for i in self.strided}
+        return [v if i is None else strides[i][v] for i, v in self.binding]
+
     def write_into(self, into: dict[int, int]) -> None:
         """Outputs that may be stored into inputs' memory: output position -> input slot."""
         self.into = dict(into)
         read = {slot for slot, element in self.inputs if element is None}
         self.into_read = {k: slot in read for k, slot in self.into.items()}
+        # (output, input slot, its torch.Size, dtype, whether the kernel reads the input);
+        # an empty output never goes into an input
+        self._into_items = [
+            (k, slot, torch.Size(self.outputs[k][2]), self.torch_dtype[k], self.into_read[k])
+            for k, slot in sorted(self.into.items()) if math.prod(self.outputs[k][2]) > 0]
 
     def _fresh(self, k: int, shape, dt: torch.dtype, pool: dict | None) -> torch.Tensor:
         """Output k's memory: recycled from `pool` when it is big enough to take part."""
@@ -85,27 +120,27 @@ class KernelStep:
         # states: the common case), an output may go into its input unless the input is
         # not contiguous, or (when the kernel does not read it) lives on an input's storage:
         # no per-output storage sets. Otherwise `writable` checks each against `storages`.
-        ptrs = [t.untyped_storage().data_ptr() for t in ins]
+        ptrs = list(map(_storage_ptr, map(_untyped_storage, ins)))
         distinct = set(ptrs)
         owners = storages(ins) if len(distinct) != len(ptrs) else None
-        outs = []
+        outs: list = [None] * len(self.outputs)
         written = 0
-        for k, ((_, _, shape, _), dt) in enumerate(zip(self.outputs, self.torch_dtype)):
-            slot = self.into.get(k)
-            t = values[slot] if slot is not None else None
+        for k, slot, size, dt, read in self._into_items:
+            t = values[slot]
             if t is None:
-                ok = False
-            elif owners is not None:
-                ok = writable(t, shape, dt, owners)
-            else:
-                ok = writable(t, shape, dt, None) and (
-                    self.into_read.get(k, False)
-                    or t.untyped_storage().data_ptr() not in distinct)
+                continue
+            if owners is not None:
+                ok = writable(t, size, dt, owners)
+            else:   # writable(t, size, dt, None), inline: 120 outputs per optimizer step
+                ok = t.shape == size and t.dtype == dt and t.is_contiguous() and (
+                    read or t.untyped_storage().data_ptr() not in distinct)
             if ok:
+                outs[k] = t
                 written += 1
-            else:
-                t = self._fresh(k, shape, dt, pool)
-            outs.append(t)
+        if written < len(outs):
+            for k, ((_, _, shape, _), dt) in enumerate(zip(self.outputs, self.torch_dtype)):
+                if outs[k] is None:
+                    outs[k] = self._fresh(k, shape, dt, pool)
         counters.bump("inplace_writes", written)
         return outs
 
