@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import torch
@@ -102,6 +103,10 @@ class Program:
         self.steps = steps
         self.outputs = [_Slot(slot_of[o.name]) if isinstance(o, Ref) else o
                         for o in graph.outputs]
+        # every output a value (the usual case): picked in C, not by _fill per output
+        self._pick_outputs = itemgetter(*(o.index for o in self.outputs)) \
+            if len(self.outputs) > 1 and all(isinstance(o, _Slot) for o in self.outputs) \
+            else None
         # dead values big enough to be recycled into later kernel outputs (recycle.py):
         # on the CPU, only when some kernel output can take one
         from ..ir.graph import TensorType
@@ -152,6 +157,8 @@ class Program:
         _stats.bump("library_calls", library)
         if self.num_fallback_calls:
             _stats.bump("fallbacks", self.num_fallback_calls)
+        if self._pick_outputs is not None:
+            return list(self._pick_outputs(values))
         return [_fill(o, values) for o in self.outputs]
 
     def _drop(self, values: list, dead, pool: dict | None) -> None:
