@@ -12,17 +12,17 @@ in a serialisable form, a `BackendCacheArtifact` recorded under Dynamo's backend
 `record` gives one for the graphs the graph cache covers (frontend/graph_cache.py:
 inference graphs whose AOTAutograd wrapper only copies mutated inputs back). The
 artifact carries the graph cache's entry itself (the aten graph and its mutated
-inputs), the backend options, and the fusionstitch and torch versions with our source
-stamp. On load, `after_deserialization` builds the `CompiledGraph` from it; plans
-and kernels then come from their own disk caches as in any warm start. A training
+inputs), the backend options, and the fusionstitch and torch versions. Unpickling it
+builds the `CompiledGraph` (`after_deserialization` hands it to torch); plans and
+kernels then come from their own disk caches as in any warm start. A training
 graph records nothing: torch then marks the frame bypassed, and it is traced again
 as without precompile.
 
 Load refuses (a `RuntimeError` while torch unpickles its cache entry, on which torch
 logs a warning and traces the function again) when fusionstitch's or torch's version
-changed since the save, or the entry does not build. torch's precompile drops some guards (identity matches of
-globals and closures): that is torch's trade, documented with its flag, and it is
-why this is opt-in through torch's flag rather than ours.
+changed since the save, or the entry does not build. torch's precompile drops some
+guards (identity matches of globals and closures): that is torch's trade, documented
+with its flag, and it is why this is opt-in through torch's flag rather than ours.
 """
 from __future__ import annotations
 
