@@ -10,7 +10,8 @@ import torch
 
 from ..codegen.kernel import Kernel
 from ..ir.graph import DTYPES, ITEMSIZE
-from . import recycle
+from . import counters, recycle
+from .inplace import storages, writable
 
 _stride = torch.Tensor.stride
 _untyped_storage = torch.Tensor.untyped_storage
@@ -114,8 +115,6 @@ class KernelStep:
 
     def _outputs_into(self, values: list, ins: list, pool: dict | None = None
                       ) -> list[torch.Tensor]:
-        from . import counters
-        from .inplace import storages, writable
         # When no two inputs share a storage (an optimizer step's 160 parameters and
         # states: the common case), an output may go into its input unless the input is
         # not contiguous, or (when the kernel does not read it) lives on an input's storage:
