@@ -59,7 +59,7 @@ class KernelStep:
         self.torch_dtype = [DTYPES[o[3]] for o in self.outputs]
         # output position -> slot of the input it may be stored into (runtime/inplace.py)
         self.into: dict[int, int] = {}
-        self.into_read: dict[int, bool] = {}    # output -> whether the kernel reads its input
+        self._into_items: list[tuple] = []      # what write_into derives from `into`
         # block composition's per-program intermediates (batch components), per launch
         self.scratch = [(b.shape, DTYPES[b.dtype]) for b in kernel.scratch]
         # output position -> its bytes, for outputs big enough to take recycled memory
@@ -99,11 +99,10 @@ class KernelStep:
         """Outputs that may be stored into inputs' memory: output position -> input slot."""
         self.into = dict(into)
         read = {slot for slot, element in self.inputs if element is None}
-        self.into_read = {k: slot in read for k, slot in self.into.items()}
         # (output, input slot, its torch.Size, dtype, whether the kernel reads the input);
         # an empty output never goes into an input
         self._into_items = [
-            (k, slot, torch.Size(self.outputs[k][2]), self.torch_dtype[k], self.into_read[k])
+            (k, slot, torch.Size(self.outputs[k][2]), self.torch_dtype[k], slot in read)
             for k, slot in sorted(self.into.items()) if math.prod(self.outputs[k][2]) > 0]
 
     def _fresh(self, k: int, shape, dt: torch.dtype, pool: dict | None) -> torch.Tensor:
