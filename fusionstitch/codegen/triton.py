@@ -551,8 +551,26 @@ class TritonKernel:
         self.name, self.source = triton_source(kernel, interpret)
         self.fn = _load(self.name, self.source, interpret)
         self.sym_names = [s.name for s in kernel.syms]
+        # syms -> (grid, program starts, constexprs): a launch's configuration depends on
+        # the syms alone, and working it out (size expressions, block sizes) costs more
+        # host time than a small kernel runs; a new shape adds an entry
+        self._launches: dict[tuple, tuple | None] = {}
 
     def __call__(self, buffers: list[torch.Tensor], syms: list[int]) -> None:
+        key = tuple(syms)
+        try:
+            launch = self._launches[key]
+        except KeyError:
+            if len(self._launches) >= LAUNCH_CONFIGS:   # dynamic shapes: keep it bounded
+                self._launches.clear()
+            launch = self._launches[key] = self.configure(syms)
+        if launch is not None:
+            grid, extra, meta = launch
+            self.fn[grid](*buffers, *syms, *extra, **meta)
+
+    def configure(self, syms) -> tuple | None:
+        """(grid, the components' first programs when there are several, constexprs) of a
+        launch with these syms; None when it has no program to run."""
         env = dict(zip(self.sym_names, syms))
         starts, total, meta = [], 0, {}
         for i, c in enumerate(self.kernel.components):
@@ -563,9 +581,13 @@ class TritonKernel:
             # one program per XBLOCK x (a batch component: one per batch entry)
             total += xn if c.kind == "batch" else -(-xn // m[f"XBLOCK{i}"])
         if total == 0:
-            return
-        extra = starts if len(starts) > 1 else []
-        self.fn[(total,)](*buffers, *syms, *extra, **meta)
+            return None
+        return (total,), tuple(starts) if len(starts) > 1 else (), meta
+
+
+# Launch configurations a TritonKernel remembers (one per distinct syms) before it forgets
+# them all: a few shapes per graph is the common case, a stream of new ones is not.
+LAUNCH_CONFIGS = 64
 
 
 _COMPILED_EXPR: dict[E.Expr, object] = {}

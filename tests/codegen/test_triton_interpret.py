@@ -183,3 +183,32 @@ def test_kernel_text_is_readable():
     names = [n.name for n in g.nodes if n.op not in ("parameter", "constant")]
     text = kernel_text(lower_group(g, names, "k"))
     assert "reduce_sum" in text and "component 0: reduce" in text
+
+
+def test_launch_configuration_is_worked_out_once_per_syms(monkeypatch):
+    """A TritonKernel works out grid and constexprs once per distinct syms (host time per
+    launch, which a small kernel does not hide), and the memo stays bounded."""
+    from fusionstitch.codegen import triton as T
+
+    def f(x):
+        return torch.softmax(x * 3, -1)
+    x = torch.randn(4, 32).t().contiguous().t()     # strides are syms too
+    g = _graph(f, x)
+    names = [n.name for n in g.nodes if n.op not in ("parameter", "constant")]
+    kernel = lower_group(g, names, "k")
+    k = T.TritonKernel(kernel, interpret=True)
+    bindings = dict(kernel.bindings)
+    syms = [how[1] if how[0] == "const" else x.stride(how[2])
+            for how in (bindings[s.name] for s in kernel.syms)]
+    worked = []
+    real = k.configure
+    monkeypatch.setattr(k, "configure", lambda s: (worked.append(tuple(s)), real(s))[1])
+    for _ in range(3):
+        out = torch.empty(4, 32)
+        k([x, out], syms)
+        close(out, f(x))
+    assert worked == [tuple(syms)] and list(k._launches) == [tuple(syms)]
+    monkeypatch.setattr(T, "LAUNCH_CONFIGS", 1)
+    k._launches = {(-1,): None}                     # full: the next new syms start over
+    k([x, torch.empty(4, 32)], syms)
+    assert list(k._launches) == [tuple(syms)] and len(worked) == 2
