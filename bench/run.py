@@ -43,23 +43,30 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
 
 from bench.timing import time_interleaved, versions  # noqa: E402
 
-VARIANTS = ("eager", "inductor", "fusionstitch")
+VARIANTS = ("eager", "inductor", "inductor_cudagraphs", "fusionstitch", "fusionstitch_cudagraphs")
+BASELINES = ("eager", "inductor", "inductor_cudagraphs")
+# the CUDA-graph variants: Inductor's mode="reduce-overhead", fusionstitch's cuda_graphs=True
+CUDA_GRAPH_VARIANTS = ("inductor_cudagraphs", "fusionstitch_cudagraphs")
+DTYPES = ("float32", "bfloat16")
 # CPU, full size, 2 cores: about 3 minutes with Inductor (cartpole's compile alone ~40 s;
 # lstm's ~90 s and birnn's are longer, hence left out).
 DEFAULT_WORKLOADS = ("mlp", "resnet_bottleneck_train", "transformer_encoder", "capsule_routing",
                      "cartpole", "adam", "layernorm_softmax_gelu", "softmax_chain")
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-# A variant "matches" eager when its first step is within this relative error (fp32),
-# the tolerance the zoo's numerics tests use, or is no further from the float64
-# result than eager itself is (then the difference is eager's rounding).
+# A variant "matches" eager when its first step is within this relative error of eager's
+# in the same dtype (fp32: the tolerance the zoo's numerics tests use), or is no further
+# from the float64 result than eager itself is, times SLACK (then the difference is
+# rounding: in bf16 each side rounds its intermediates at other places).
 MAX_REL_ERR = 1e-4
+TOLERANCE = {"float32": (MAX_REL_ERR, 1.0), "bfloat16": (2e-2, 2.0)}   # (rel err, slack)
 
 
-def matches_eager(entry: dict, eager: dict) -> bool:
+def matches_eager(entry: dict, eager: dict, dtype: str = "float32") -> bool:
+    tol, slack = TOLERANCE[dtype]
     err, mine, theirs = (entry.get("max_rel_err"), entry.get("max_rel_err_f64"),
                          eager.get("max_rel_err_f64"))
-    return err is not None and (err <= MAX_REL_ERR or None not in (mine, theirs)
-                                and mine <= max(theirs, MAX_REL_ERR))
+    return err is not None and (err <= tol or None not in (mine, theirs)
+                                and mine <= max(theirs * slack, tol))
 
 
 # --- One step, counting, comparing ---------------------------------------------------
@@ -173,18 +180,30 @@ def _compile(variant: str, fn, target: str, sink: list | None = None):
         return fn
     if variant == "inductor":
         return torch.compile(fn)
-    return torch.compile(fn, backend=fusionstitch.backend(strategy="stitch", target=target,
-                                                          _sink=sink))
+    if variant == "inductor_cudagraphs":
+        return torch.compile(fn, mode="reduce-overhead")
+    return torch.compile(fn, backend=fusionstitch.backend(
+        strategy="stitch", target=target, cuda_graphs=variant == "fusionstitch_cudagraphs",
+        _sink=sink))
+
+
+def _torch_dtype(dtype: str):
+    import torch
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    return getattr(torch, dtype)
 
 
 def prepare_variant(name: str, size: str, variant: str, target: str,
-                    references: dict, sink: list | None = None) -> tuple[dict, list, object]:
+                    references: dict, sink: list | None = None,
+                    dtype: str = "float32") -> tuple[dict, list, object]:
     """Build a fresh instance, compile, run the first (cold) step and count kernels.
 
     Returns (result entry, first-step outputs, a step function for timing).
     ``references`` maps ``"eager"`` (fp32 eager's first step, absent while eager itself
     runs) and ``"float64"`` (eager in float64) to outputs to compare against. ``sink``
-    collects the graphs fusionstitch compiles (``explain``'s capture, for reports)."""
+    collects the graphs fusionstitch compiles (``explain``'s capture, for reports).
+    ``dtype``: the workload's floating dtype (``"float32"`` or ``"bfloat16"``)."""
     import time
 
     import torch
@@ -194,7 +213,7 @@ def prepare_variant(name: str, size: str, variant: str, target: str,
     from bench import workloads as W
     inductor_metrics.reset()
     fusionstitch.reset_stats()
-    inst = W.make(name, size, device=_device(target))
+    inst = W.make(name, size, device=_device(target), dtype=_torch_dtype(dtype))
     fn = _compile(variant, inst.fn, target, sink)
     start = time.perf_counter()
     outs = W.step(inst, fn)  # the first step: compiles forward and backward
@@ -202,9 +221,9 @@ def prepare_variant(name: str, size: str, variant: str, target: str,
         torch.cuda.synchronize()
     entry = {"first_call_s": time.perf_counter() - start}
     run = lean_step(inst, fn)
-    if variant == "inductor":
+    if variant.startswith("inductor"):
         entry["kernels"] = inductor_metrics.generated_kernel_count
-    elif variant == "fusionstitch":
+    elif variant.startswith("fusionstitch"):
         entry["fallbacks"] = fusionstitch.stats()["fallbacks"]
         run()  # the counts of a step that compiles nothing
         fusionstitch.reset_stats()
@@ -240,7 +259,7 @@ def _fresh_fusionstitch_cache():
                 os.environ["FUSIONSTITCH_CACHE_DIR"] = old
 
 
-def warm_start(name: str, size: str, target: str) -> tuple[float, dict]:
+def warm_start(name: str, size: str, target: str, dtype: str = "float32") -> tuple[float, dict]:
     """Seconds to the end of the first step of a fresh fusionstitch compile that finds its
     kernels in the disk cache (filled by the cold compile) and nothing in memory: what a
     new process pays, less Python's imports; and what it found there (kernels compiled,
@@ -254,7 +273,7 @@ def warm_start(name: str, size: str, target: str) -> tuple[float, dict]:
     torch._dynamo.reset()
     clear_memory_caches()
     from fusionstitch.runtime.counters import stats
-    inst = W.make(name, size, device=_device(target))
+    inst = W.make(name, size, device=_device(target), dtype=_torch_dtype(dtype))
     fn = _compile("fusionstitch", inst.fn, target)
     before = stats()
     start = time.perf_counter()
@@ -267,7 +286,8 @@ def warm_start(name: str, size: str, target: str) -> tuple[float, dict]:
         "kernels_compiled", "plan_cache_hits", "graph_cache_hits")}
 
 
-def warm_start_precompiled(name: str, size: str, target: str) -> tuple[float, dict]:
+def warm_start_precompiled(name: str, size: str, target: str,
+                           dtype: str = "float32") -> tuple[float, dict]:
     """Like :func:`warm_start`, with torch's caching precompile on: a compile saves
     Dynamo's bytecode and guards and our graphs (``torch.compiler.save_cache_artifacts``,
     into a temporary Dynamo cache folder), then a fresh compile loads them instead of
@@ -300,12 +320,12 @@ def warm_start_precompiled(name: str, size: str, target: str) -> tuple[float, di
         guards_log.setLevel(logging.ERROR)
         try:
             fresh()
-            inst = W.make(name, size, device=_device(target))
+            inst = W.make(name, size, device=_device(target), dtype=_torch_dtype(dtype))
             codes.add(getattr(inst.fn, "forward", inst.fn).__code__)
             W.step(inst, _compile("fusionstitch", inst.fn, target))
             torch.compiler.save_cache_artifacts()
             fresh()
-            inst = W.make(name, size, device=_device(target))
+            inst = W.make(name, size, device=_device(target), dtype=_torch_dtype(dtype))
             before = stats()["precompile_loads"]
             start = time.perf_counter()   # torch.compile itself loads: time it too
             W.step(inst, _compile("fusionstitch", inst.fn, target))
@@ -331,7 +351,8 @@ def _error(e: Exception) -> dict:
 
 def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, min_time: float,
                    index: str = "", fresh_caches: bool = True, sink: list | None = None,
-                   measure_warm_start: bool = True, warmup: int = 3) -> dict:
+                   measure_warm_start: bool = True, warmup: int = 3,
+                   dtype: str = "float32", copy_gbs: float | None = None) -> dict:
     """All variants of one workload: compiled one after the other (eager first: it is
     the reference), then timed side by side (:func:`bench.timing.time_interleaved`).
 
@@ -339,7 +360,13 @@ def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, 
     compiles); ``False`` lets them use their persistent caches, as the demo does, so that
     a second demo is warm for both compilers. ``sink``: see :func:`prepare_variant`.
     ``measure_warm_start``: time a second fusionstitch compile (``warm_start_s``).
-    ``warmup``: untimed rounds before the timed ones."""
+    ``warmup``: untimed rounds before the timed ones. ``dtype``: the workload's floating
+    dtype. ``copy_gbs``: the device's copy bandwidth; with it, a memory-bound workload's
+    row gets its compulsory bytes and each variant the bandwidth it achieved
+    (``achieved_gbs``, and ``copy_fraction`` of the copy's).
+
+    On CUDA each variant also gets torch.profiler's count of the kernels (``prof_kernels``)
+    and copies (``prof_memcpy``) one timed step launched, after the timing."""
     import torch
     from torch._inductor.utils import fresh_cache
 
@@ -359,7 +386,7 @@ def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, 
         for variant in variants:
             try:
                 entries[variant], outs, runs[variant] = prepare_variant(
-                    name, size, variant, target, references, sink)
+                    name, size, variant, target, references, sink, dtype)
                 if variant == "eager":
                     references["eager"] = outs
             except Exception as e:  # one broken variant must not lose the whole run
@@ -373,16 +400,17 @@ def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, 
         except Exception as e:
             for variant in runs:
                 entries[variant] = _error(e)
+        _device_counts(name, size, target, dtype, runs, entries, references, row, copy_gbs)
         # inside the fresh folders: the warm start reads what the cold compile wrote there
         if "fusionstitch" in runs and measure_warm_start:
             try:
-                seconds, found = warm_start(name, size, target)
+                seconds, found = warm_start(name, size, target, dtype)
                 entries["fusionstitch"]["warm_start_s"] = seconds
                 entries["fusionstitch"].update({f"warm_start_{k}": v for k, v in found.items()})
             except Exception as e:
                 entries["fusionstitch"]["warm_start_error"] = _error(e)["error"]
             try:
-                seconds, found = warm_start_precompiled(name, size, target)
+                seconds, found = warm_start_precompiled(name, size, target, dtype)
                 entries["fusionstitch"]["warm_start_precompiled_s"] = seconds
                 entries["fusionstitch"]["warm_start_precompiled_loads"] = found["loads"]
             except Exception as e:
@@ -391,11 +419,52 @@ def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, 
         f"{v} {e['median_s'] * 1e3:.3f} ms" for v, e in entries.items() if "median_s" in e)
         + f" ({max((e.get('runs', 0) for e in entries.values()), default=0)} rounds)",
         file=sys.stderr, flush=True)
-    med = {v: e.get("median_s") for v, e in entries.items()}  # speed-up: base / variant
-    row["speedup"] = {f"{v}_vs_{base}": med[base] / med[v] if med.get(v) and med.get(base)
-                      else None for v, base in (("inductor", "eager"), ("fusionstitch", "eager"),
-                                                ("fusionstitch", "inductor"))}
+    row["speedup"] = speedups({v: e.get("median_s") for v, e in entries.items()})
     return row
+
+
+def speedups(med: dict) -> dict:
+    """``{"<v>_vs_<base>": med[base] / med[v]}`` (above 1: ``v`` is faster) for each
+    variant against eager, fusionstitch against Inductor like for like (with and without
+    CUDA graphs), and the faster of each compiler's variants against the other's
+    (``fusionstitch_best_vs_inductor_best``), where both have a median."""
+    pairs = [(v, "eager") for v in VARIANTS[1:]] + [
+        ("fusionstitch", "inductor"), ("fusionstitch_cudagraphs", "inductor_cudagraphs")]
+    always = ("inductor_vs_eager", "fusionstitch_vs_eager", "fusionstitch_vs_inductor")
+    out = {f"{v}_vs_{base}": med[base] / med[v] if med.get(v) and med.get(base) else None
+           for v, base in pairs if f"{v}_vs_{base}" in always or v in med and base in med}
+    if any(v in med for v in CUDA_GRAPH_VARIANTS):
+        best = {c: min((m for v, m in med.items() if v.startswith(c) and m), default=None)
+                for c in ("inductor", "fusionstitch")}
+        out["fusionstitch_best_vs_inductor_best"] = (
+            best["inductor"] / best["fusionstitch"] if None not in best.values() else None)
+    return out
+
+
+def _device_counts(name, size, target, dtype, runs, entries, references, row, copy_gbs):
+    """torch.profiler's kernel counts per variant (CUDA) and, for a memory-bound workload
+    when the copy bandwidth is known, the bandwidth each variant achieved."""
+    from bench import workloads as W
+    from bench.device_metrics import compulsory_bytes, profiler_kernels
+    for variant, run in runs.items():
+        if "error" in entries[variant]:
+            continue
+        try:
+            counts = profiler_kernels(run, _device(target))
+        except Exception as e:
+            entries[variant]["prof_error"] = _error(e)["error"]
+            continue
+        if counts is not None:
+            entries[variant]["prof_kernels"] = counts["kernels"]
+            entries[variant]["prof_memcpy"] = counts["memcpy"]
+    if not (copy_gbs and W.WORKLOADS[name].memory_bound and "eager" in references):
+        return
+    inst = W.make(name, size, device=_device(target), dtype=_torch_dtype(dtype))
+    row["compulsory_bytes"] = nbytes = compulsory_bytes(inst, references["eager"])
+    for e in entries.values():
+        if e.get("median_s"):
+            e["achieved_gbs"] = nbytes / e["median_s"] / 1e9
+            e["copy_fraction"] = e["achieved_gbs"] / copy_gbs
 
 
 def _progress(index: str, name: str, variant: str, e: dict) -> None:
@@ -413,19 +482,36 @@ def geomean(xs) -> float | None:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
-def summarise(rows: list[dict]) -> dict:
+def summarise(rows: list[dict], dtype: str = "float32") -> dict:
+    """Geomean speed-ups, the worst ratio against Inductor, fusionstitch's errors and
+    mismatches, torch.profiler's kernel counts against Inductor's, failed variants."""
     out = {}
-    for key in ("inductor_vs_eager", "fusionstitch_vs_eager", "fusionstitch_vs_inductor"):
+    keys = dict.fromkeys(k for r in rows for k in r["speedup"])
+    for key in keys:
         vals = [r["speedup"][key] for r in rows if r["speedup"].get(key)]
         if vals:
             out[f"geomean_speedup_{key}"] = geomean(vals)
-    fs = [(r["variants"]["fusionstitch"], r["variants"].get("eager", {})) for r in rows
-          if "max_rel_err" in r["variants"].get("fusionstitch", {})]
-    out["fusionstitch_max_rel_err"] = max((e["max_rel_err"] for e, _ in fs), default=None)
-    out["fusionstitch_mismatches"] = [r["workload"] for r in rows
-                                      if not matches_eager(r["variants"].get("fusionstitch", {}),
-                                                           r["variants"].get("eager", {}))]
+            if "_vs_inductor" in key:
+                out[f"min_speedup_{key}"] = min(vals)
+    fs_variants = [v for v in ("fusionstitch", "fusionstitch_cudagraphs")
+                   if any(v in r["variants"] for r in rows)]
+    fs = [r["variants"][v] for r in rows for v in fs_variants
+          if "max_rel_err" in r["variants"].get(v, {})]
+    out["fusionstitch_max_rel_err"] = max((e["max_rel_err"] for e in fs), default=None)
+    out["fusionstitch_mismatches"] = [
+        r["workload"] + ("" if v == "fusionstitch" else f"/{v}") for r in rows
+        for v in fs_variants if v == "fusionstitch" or v in r["variants"]
+        if not matches_eager(r["variants"].get(v, {}), r["variants"].get("eager", {}), dtype)]
     out["fusionstitch_matches_eager"] = bool(fs) and not out["fusionstitch_mismatches"]
+    for fs_v, ind_v in (("fusionstitch", "inductor"),
+                        ("fusionstitch_cudagraphs", "inductor_cudagraphs")):
+        pairs = [(r["variants"][fs_v]["prof_kernels"], r["variants"][ind_v]["prof_kernels"])
+                 for r in rows if "prof_kernels" in r["variants"].get(fs_v, {})
+                 and r["variants"].get(ind_v, {}).get("prof_kernels")]
+        if pairs:   # launched kernels, fusionstitch's over Inductor's: total and worst
+            out[f"prof_kernels_{fs_v}_over_{ind_v}"] = (sum(a for a, _ in pairs)
+                                                        / sum(b for _, b in pairs))
+            out[f"prof_kernels_{fs_v}_over_{ind_v}_max"] = max(a / b for a, b in pairs)
     out["failed"] = [f"{r['workload']}/{v}" for r in rows for v, e in r["variants"].items()
                      if "error" in e]
     return out
@@ -435,8 +521,13 @@ def _fmt(x, spec, none="-"):
     return none if x is None else format(x, spec)
 
 
+SHORT = {"eager": "eager", "inductor": "ind", "inductor_cudagraphs": "ind+cg",
+         "fusionstitch": "fs", "fusionstitch_cudagraphs": "fs+cg"}
+
+
 def table(rows: list[dict], variants) -> str:
-    """A markdown table: medians (ms), compile times, speed-ups, kernel counts, errors."""
+    """A markdown table: medians (ms), compile times, speed-ups, kernel counts, errors;
+    with CUDA graphs, profiler kernel counts or bandwidths in the rows, those too."""
     ind = "inductor" in variants
     cols = [(f"{v} ms", v, "median_s", ".3f") for v in variants] + [
         ("compile s ind", "inductor", "first_call_s", ".1f"),
@@ -453,6 +544,16 @@ def table(rows: list[dict], variants) -> str:
         ("fs err f64", "fusionstitch", "max_rel_err_f64", ".1e"),
         ("eager err f64", "eager", "max_rel_err_f64", ".1e")]
     cols = [c for c in cols if ind or "ind" not in c[0]]
+    if "fusionstitch_cudagraphs" in variants:
+        cols[cols.index(("fs/ind", "speedup", "fusionstitch_vs_inductor", ".2f")) + 1:0] = [
+            ("fs+cg/ind+cg", "speedup", "fusionstitch_cudagraphs_vs_inductor_cudagraphs", ".2f"),
+            ("best fs/best ind", "speedup", "fusionstitch_best_vs_inductor_best", ".2f")]
+    if any("prof_kernels" in e for r in rows for e in r["variants"].values()):
+        cols += [(f"prof kernels {SHORT[v]}", v, "prof_kernels", "d") for v in variants]
+    if any("achieved_gbs" in e for r in rows for e in r["variants"].values()):
+        cols += [(f"GB/s {SHORT[v]}", v, "achieved_gbs", ".1f") for v in variants]
+        cols += [(f"% copy {SHORT[v]}", v, "copy_fraction", ".0%") for v in variants
+                 if v.startswith("fusionstitch")]
     lines = ["| workload | " + " | ".join(c[0] for c in cols) + " |",
              "|---" * (len(cols) + 1) + "|"]
     for r in rows:
@@ -478,11 +579,12 @@ def plot(rows: list[dict], path: str, title: str) -> None:
     x = list(range(len(names)))
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(8.0, 1.1 * len(names) + 3), 8.5),
                                    constrained_layout=True)
-    colours = {"eager": "#9e9e9e", "inductor": "#1f77b4", "fusionstitch": "#d62728",
+    colours = {"eager": "#9e9e9e", "inductor": "#1f77b4", "inductor_cudagraphs": "#17becf",
+               "fusionstitch": "#d62728", "fusionstitch_cudagraphs": "#ff7f0e",
                "fusionstitch libcalls": "#f4a6a6"}
 
     speed = [(v, [r["speedup"].get(f"{v}_vs_eager") for r in rows])
-             for v in ("inductor", "fusionstitch") if any(v in r["variants"] for r in rows)]
+             for v in VARIANTS[1:] if any(v in r["variants"] for r in rows)]
     width = 0.8 / max(len(speed), 1)
     for k, (v, vals) in enumerate(speed):
         xs = [i - 0.4 + width * (k + 0.5) for i in x]
@@ -533,54 +635,89 @@ def plot(rows: list[dict], path: str, title: str) -> None:
 
 
 # --- Entry points --------------------------------------------------------------------
+def bench_variants(target: str, against, cuda_graphs: str = "auto") -> list[str]:
+    """The variants a run times, in :data:`VARIANTS` order: eager (always: the reference),
+    the baselines in ``against``, fusionstitch; with ``cuda_graphs`` ``"on"`` (or
+    ``"auto"`` on the cuda target) also fusionstitch with CUDA graphs, and Inductor's
+    ``reduce-overhead`` mode when Inductor runs."""
+    bad = [a for a in against if a not in BASELINES]
+    if bad:
+        raise ValueError(f"--against takes {', '.join(BASELINES)}, not {bad}")
+    if cuda_graphs not in ("auto", "on", "off"):
+        raise ValueError(f"cuda_graphs must be auto, on or off, not {cuda_graphs!r}")
+    graphs = cuda_graphs == "on" or cuda_graphs == "auto" and target == "cuda"
+    chosen = {"eager", "fusionstitch", *against}
+    if graphs:
+        chosen.add("fusionstitch_cudagraphs")
+        if "inductor" in against:
+            chosen.add("inductor_cudagraphs")
+    if target != "cuda" and chosen & set(CUDA_GRAPH_VARIANTS):
+        raise ValueError("CUDA graphs (--cuda-graphs on, --against inductor_cudagraphs) "
+                         f"need the cuda target, not {target!r}")
+    return [v for v in VARIANTS if v in chosen]
+
+
 def run(workloads, size: str = "full", target: str = "auto", against=("eager", "inductor"),
         repeat: int = 10, out_dir: str = DEFAULT_OUT, *, min_time: float = 0.5,
-        command: str | None = None) -> dict:
+        command: str | None = None, dtype: str = "float32", cuda_graphs: str = "auto",
+        warm_start: bool = True) -> dict:
     """Benchmark ``workloads``; writes the JSON and PNG into ``out_dir``; returns the JSON dict
-    (plus ``"json_path"``/``"png_path"``, not written into the file)."""
+    (plus ``"json_path"``/``"png_path"``, not written into the file).
+
+    ``dtype``: the workloads' floating dtype (``"float32"``, ``"bfloat16"``; a bf16 run's
+    files are named ``..._bf16_<date>``). ``cuda_graphs``: see :func:`bench_variants`.
+    ``warm_start``: also time fusionstitch's warm starts (two more compiles a workload)."""
     import torch
 
     from bench import workloads as W
+    from bench.device_metrics import copy_bandwidth
     unknown = [w for w in workloads if w not in W.WORKLOADS]
     if unknown:
         raise KeyError(f"unknown workload(s) {unknown}; known: {', '.join(W.names())}")
-    bad = [a for a in against if a not in ("eager", "inductor")]
-    if bad:
-        raise ValueError(f"--against takes eager and/or inductor, not {bad}")
+    _torch_dtype(dtype)
     target = resolve_target(target)
-    # eager always runs: it is the reference for errors and speed-ups
-    variants = [v for v in VARIANTS if v in ("eager", "fusionstitch") or v in against]
+    variants = bench_variants(target, against, cuda_graphs)
     vers = versions()
-    command = command or _command(workloads, size, target, against, repeat, out_dir, min_time)
+    command = command or _command(workloads, size, target, against, repeat, out_dir, min_time,
+                                  dtype=dtype, cuda_graphs=cuda_graphs, warm_start=warm_start)
+    copy_gbs = (copy_bandwidth(_device(target))
+                if any(W.WORKLOADS[w].memory_bound for w in workloads) else None)
     meta = {"device": torch.cuda.get_device_name(0) if target == "cuda" else vers["cpu"],
-            "target": target, "size": size, "repeat": repeat, "min_time_s": min_time,
-            "variants": variants, "fusionstitch_strategy": "stitch",
+            "target": target, "size": size, "dtype": dtype, "repeat": repeat,
+            "min_time_s": min_time, "variants": variants, "fusionstitch_strategy": "stitch",
             "timing": "variants interleaved, one run of each per round; medians",
             "inductor_cache": "fresh folder per workload (cold compile)",
+            "copy_bandwidth_gbs": copy_gbs,
             "versions": vers, "command": command, "date": vers["date"]}
     rows = [bench_workload(name, size, target, variants, repeat=repeat, min_time=min_time,
-                           index=f"{i}/{len(workloads)}") for i, name in enumerate(workloads, 1)]
-    result = {"meta": meta, "summary": summarise(rows), "rows": rows}
+                           index=f"{i}/{len(workloads)}", dtype=dtype, copy_gbs=copy_gbs,
+                           measure_warm_start=warm_start)
+            for i, name in enumerate(workloads, 1)]
+    result = {"meta": meta, "summary": summarise(rows, dtype), "rows": rows}
     os.makedirs(out_dir, exist_ok=True)
     day = meta["date"][:10]
-    stem = os.path.join(out_dir, f"bench_{target}_{size}_{day}")
+    stem = os.path.join(out_dir, f"bench_{target}_{size}_"
+                        + ("" if dtype == "float32" else "bf16_") + day)
     with open(stem + ".json", "w") as f:
         json.dump(_finite(result), f, indent=1, allow_nan=False)
         f.write("\n")
-    title = (f"fusionstitch (stitch, target {target}) vs {' / '.join(variants[:-1])}, "
-             f"size {size}\n{meta['device']}, {meta['versions']['torch_threads']} threads, "
+    title = (f"fusionstitch (stitch, target {target}) vs "
+             f"{' / '.join(v for v in variants if v in BASELINES)}, size {size}, {dtype}\n{meta['device']}, {meta['versions']['torch_threads']} threads, "
              f"torch {meta['versions']['torch']}, {day}")
     plot(rows, stem + ".png", title)
     return {**result, "json_path": stem + ".json", "png_path": stem + ".png"}
 
 
 def _command(workloads, size, target, against, repeat, out_dir, min_time,
-             prog="python -m bench.run") -> str:
+             prog="python -m bench.run", *, dtype="float32", cuda_graphs="auto",
+             warm_start=True) -> str:
     """The command line that repeats this run (every option spelt out)."""
     out = os.path.relpath(out_dir) if os.path.abspath(out_dir).startswith(os.getcwd()) else out_dir
     return prog + " " + shlex.join(
         ["--workloads", ",".join(workloads), "--size", size, "--target", target, "--against",
-         ",".join(against), "--repeat", str(repeat), "--min-time", str(min_time), "--out", out])
+         ",".join(against), "--repeat", str(repeat), "--min-time", str(min_time),
+         "--dtype", dtype, "--cuda-graphs", cuda_graphs]
+        + ([] if warm_start else ["--no-warm-start"]) + ["--out", out])
 
 
 def _finite(obj):
@@ -604,8 +741,17 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.run") -> in
     p.add_argument("--size", default="full", choices=("small", "full"))
     p.add_argument("--target", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--against", default="eager,inductor",
-                   help="baselines to run beside fusionstitch: eager and/or inductor "
-                        "(eager always runs as the reference; default: %(default)s)")
+                   help="baselines to run beside fusionstitch: eager, inductor, "
+                        "inductor_cudagraphs (eager always runs as the reference; "
+                        "default: %(default)s)")
+    p.add_argument("--dtype", default="float32", choices=DTYPES,
+                   help="the workloads' floating dtype (default: %(default)s)")
+    p.add_argument("--cuda-graphs", default="auto", choices=("auto", "on", "off"),
+                   help="also time fusionstitch with CUDA graphs, and Inductor's "
+                        "reduce-overhead mode when Inductor runs; auto: on the cuda target "
+                        "(default: %(default)s)")
+    p.add_argument("--no-warm-start", dest="warm_start", action="store_false",
+                   help="skip timing fusionstitch's warm starts (two compiles a workload)")
     p.add_argument("--repeat", type=int, default=10,
                    help="at least this many timed runs per variant (default: %(default)s)")
     p.add_argument("--min-time", type=float, default=0.5,
@@ -615,15 +761,29 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.run") -> in
     args = p.parse_args(argv)
     names = [w for w in args.workloads.split(",") if w]
     against = [a for a in args.against.split(",") if a]
+    try:   # a wrong combination is a usage error, before anything runs
+        bench_variants(resolve_target(args.target), against, args.cuda_graphs)
+    except ValueError as e:
+        p.error(str(e))
     command = _command(names, args.size, args.target, against, args.repeat, args.out,
-                       args.min_time, prog)
+                       args.min_time, prog, dtype=args.dtype, cuda_graphs=args.cuda_graphs,
+                       warm_start=args.warm_start)
     result = run(names, args.size, args.target, against, args.repeat, args.out,
-                 min_time=args.min_time, command=command)
+                 min_time=args.min_time, command=command, dtype=args.dtype,
+                 cuda_graphs=args.cuda_graphs, warm_start=args.warm_start)
     print(table(result["rows"], result["meta"]["variants"]))
     s = result["summary"]
     print("\ngeomean speed-up: " + ", ".join(
         f"{k.removeprefix('geomean_speedup_')} {v:.2f}x" for k, v in s.items()
         if k.startswith("geomean_speedup_")))
+    worst = [f"{k.removeprefix('min_speedup_')} {v:.2f}x" for k, v in s.items()
+             if k.startswith("min_speedup_")]
+    if worst:
+        print("lowest speed-up against Inductor: " + ", ".join(worst))
+    prof = [f"{k.removeprefix('prof_kernels_')} {v:.2f}" for k, v in s.items()
+            if k.startswith("prof_kernels_")]
+    if prof:
+        print("launched kernels (torch.profiler), fusionstitch over Inductor: " + ", ".join(prof))
     print(f"fusionstitch max rel err vs eager: {_fmt(s['fusionstitch_max_rel_err'], '.1e')}"
           + (f"; differs from eager on {', '.join(s['fusionstitch_mismatches'])}"
              if s["fusionstitch_mismatches"] else ""))

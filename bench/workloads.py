@@ -51,6 +51,9 @@ class Workload:
     description: str
     sizes: dict = field(hash=False)  # {"small": {...}, "full": {...}}
     build: Callable = field(hash=False, repr=False)
+    # no GEMM or convolution: time is memory traffic (and launches), so the bench reports
+    # the bandwidth each variant achieved against the device's copy bandwidth
+    memory_bound: bool = False
 
 
 @dataclass
@@ -68,12 +71,14 @@ class Instance:
 WORKLOADS: dict[str, Workload] = {}
 
 
-def _register(name: str, mode: str, description: str, small: dict, full: dict):
+def _register(name: str, mode: str, description: str, small: dict, full: dict,
+              memory_bound: bool = False):
     """Decorator adding a build function to :data:`WORKLOADS` (definition order)."""
     assert mode in ("train", "inference")
 
     def deco(build):
-        WORKLOADS[name] = Workload(name, mode, description, {"small": small, "full": full}, build)
+        WORKLOADS[name] = Workload(name, mode, description, {"small": small, "full": full}, build,
+                                   memory_bound)
         return build
 
     return deco
@@ -612,7 +617,7 @@ def _make_adam(n, lr, beta1, beta2, eps, weight_decay):
            small=dict(n_params=6, width=8, step=3, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
                       weight_decay=0.01),
            full=dict(n_params=40, width=256, step=3, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
-                     weight_decay=0.01))
+                     weight_decay=0.01), memory_bound=True)
 def _build_adam(p, device, dtype):
     g, P = _gen(p), _Place(device, dtype)
     shapes = _adam_shapes(p["n_params"], p["width"])
@@ -676,7 +681,7 @@ def softmax_chain(scores, mask, gate):
 @_register("softmax_chain", "inference",
            "Attention-score softmax + normalisation memory-bound chain (FusionStitching 2019 'nmt'-style pattern)",
            small=dict(batch=2, heads=2, seq=8),
-           full=dict(batch=16, heads=8, seq=128))
+           full=dict(batch=16, heads=8, seq=128), memory_bound=True)
 def _build_softmax_chain(p, device, dtype):
     g, P = _gen(p), _Place(device, dtype)
     b, h, s = p["batch"], p["heads"], p["seq"]
