@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The GPU checks of issue 4, in the few long commands a lent GPU machine allows (each
+# call of the device tool runs at most 10 minutes; a session has 30 minutes of device
+# time). Run from the repository root on the GPU machine, with its own python3 (torch,
+# triton, pytest, pytest-xdist are there; nothing to install):
+#
+#   bash tools/gpu_session.sh tests       # GPU test tier: full-size zoo fp32/bf16/graphs, ...
+#   bash tools/gpu_session.sh bench       # eager / Inductor (+graphs) / fusionstitch (+graphs), fp32
+#   bash tools/gpu_session.sh bench-bf16  # the same in bf16
+#   bash tools/gpu_session.sh reductions  # persistent against looped reductions, rows 256-8192
+#
+# Logs, JSON and pictures go to $OUT (the device tool brings that folder back), else to
+# ./gpu-out. Each step stops itself before the tool's 10-minute limit (STEP_LIMIT).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-gpu-out}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+py="${PYTHON:-python3}"
+limit="${STEP_LIMIT:-560}"
+log="$out/$1.log"
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  $py -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch",
+torch.__version__, "triton", triton.__version__, "cuda", torch.version.cuda)'; } >"$log" 2>&1
+
+case "$1" in
+  tests)
+    # the gpu tier, 4 workers (Triton compiles in parallel), slowest tests listed
+    timeout "$limit" $py -m pytest -q -m gpu -p no:cacheprovider -n 4 --durations 15 \
+      tests 2>&1 | tee -a "$log" ;;
+  bench)
+    timeout "$limit" $py -m bench.run --target cuda --size full --repeat 20 --min-time 0.5 \
+      --against eager,inductor --cuda-graphs on --no-warm-start --out "$out" 2>&1 | tee -a "$log" ;;
+  bench-bf16)
+    timeout "$limit" $py -m bench.run --target cuda --size full --repeat 20 --min-time 0.5 \
+      --against eager,inductor --cuda-graphs on --no-warm-start --dtype bfloat16 \
+      --out "$out" 2>&1 | tee -a "$log" ;;
+  reductions)
+    timeout "$limit" $py -m bench.reductions --target cuda --out "$out" 2>&1 | tee -a "$log" ;;
+  *)
+    echo "usage: $0 tests|bench|bench-bf16|reductions" >&2; exit 2 ;;
+esac
