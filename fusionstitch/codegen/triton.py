@@ -13,6 +13,11 @@ the variant are `tl.constexpr` chosen per launch, sizes and strides are run-time
 ints, so one source serves every shape (MXNet's cache keyed by structure and
 dtypes); Triton compiles only the variant a launch takes.
 
+A reduce component with few long rows (a loss summed to a scalar, a batch-norm
+statistic over 100k elements a channel) is split per launch (`codegen/split.py`):
+SPLIT programs per block of rows store partials, and a second launch of the same
+kernel (constexpr STAGE) combines them and runs the epilogue.
+
 A batch component (block composition around small GEMMs, `codegen/batch.py`) gives
 one program per batch entry; the program runs the stages in order, each a loop over
 the entry's elements (XBLOCK at a time), with `tl.debug_barrier()` between stages so
@@ -37,11 +42,13 @@ from typing import Callable
 
 import torch
 
+from ..ir.graph import DTYPES
 from ..runtime import counters as _stats
 from ..runtime.cache import cache_dir, digest
 from . import expr as E
 from .kernel import (COMPARISONS, Component, Constant, Dot, Index, Kernel, Load, Op, Reduce,
                      Store, _value, identity)
+from . import split as S
 from .persist import persistent_loops
 
 TL_DTYPE = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
@@ -190,6 +197,9 @@ class _Printer:
             self.flat_body(c, xb, depth)
             return
         self.emit(f"rnumel = {self.expr(c.rnumel)}", depth)
+        if S.splittable(c):     # few long rows: codegen/split.py
+            S.emit(self, c, f"{i}", pid, depth)
+            return
         self.emit(f"x = ({pid} * {xb} + tl.arange(0, {xb}))[:, None]", depth)
         self.reduce_body(c, f"{i}", depth)
 
@@ -252,14 +262,7 @@ class _Printer:
             self.emit("rmask = r < rnumel", depth + 1)
             for s in loop.body:
                 if isinstance(s, Reduce):
-                    acc = f"acc_{s.var}"
-                    is_float = s.dtype.startswith(("f", "bf"))
-                    if s.kind == "sum":
-                        self.emit(f"{acc} = {acc} + {s.value}", depth + 1)
-                    else:
-                        fn = "tl.maximum" if s.kind == "max" else "tl.minimum"
-                        nan = ", propagate_nan=tl.PropagateNan.ALL" if is_float else ""
-                        self.emit(f"{acc} = {fn}({acc}, {s.value}{nan})", depth + 1)
+                    self.accumulate(s, depth + 1)
                 else:
                     self.stmt(s, depth + 1, f"[{xb}, {rb}]", "zxr")
             for red in reduces:
@@ -267,6 +270,16 @@ class _Printer:
                 self.emit(f"{red.var} = tl.reduce({acc}, 1, {_COMBINE[red.kind]}, "
                           "keep_dims=True)", depth)
                 self.nan_check(red, acc, depth)
+
+    def accumulate(self, s: Reduce, depth: int) -> None:
+        """Reduction `s`'s lane-wise accumulator `acc_<var>` takes in this block."""
+        acc = f"acc_{s.var}"
+        if s.kind == "sum":
+            self.emit(f"{acc} = {acc} + {s.value}", depth)
+            return
+        fn = "tl.maximum" if s.kind == "max" else "tl.minimum"
+        nan = ", propagate_nan=tl.PropagateNan.ALL" if s.dtype.startswith(("f", "bf")) else ""
+        self.emit(f"{acc} = {fn}({acc}, {s.value}{nan})", depth)
 
     def nan_check(self, red: Reduce, tile: str, depth: int) -> None:
         """A float max/min is NaN where its row has a NaN (torch propagates it); the
@@ -376,12 +389,14 @@ class _Printer:
 
     def source(self, name: str) -> str:
         k = self.k
-        params = [b.name for b in k.buffers] + [s.name for s in k.syms]
+        params = [b.name for b in k.buffers] + [s.name for s in k.syms] + workspaces(k)
         n = len(k.components)
         if n > 1:
             params += [f"pstart{i}" for i in range(n)]
         for i, c in enumerate(k.components):
             params += [f"{p}: tl.constexpr" for p in _constexprs(c, f"{i}", self.interpret)]
+        if any(map(S.splittable, k.components)):
+            params.append("STAGE: tl.constexpr")
         self.lines = []
         self.emit(f"def {name}({', '.join(params)}):", 0)
         self.emit("pid = tl.program_id(0)", 1)
@@ -394,6 +409,12 @@ class _Printer:
             self.emit(f"# component {i}: {c.kind}", depth)
             self.component(c, i, depth)
         return "\n".join(self.lines) + "\n"
+
+
+def workspaces(k: Kernel) -> list[str]:
+    """The workspace parameters of split reductions (codegen/split.py), in order."""
+    return [name for i, c in enumerate(k.components) if S.splittable(c)
+            for name in S.workspace_names(c, f"{i}")]
 
 
 HEADER = ("import triton\nimport triton.language as tl\n"
@@ -452,6 +473,8 @@ def _constexprs(c: Component, tag: str, interpret: bool, top: bool = True) -> li
     names = [f"{d}BLOCK{tag}" for d in dims]
     if c.kind == "reduce" and c.loops:
         names.append(f"PERSISTENT{tag}")
+    if top and S.splittable(c):
+        names += [f"SPLIT{tag}"] + ([f"CHUNK{tag}"] if interpret else [])
     if interpret:   # a top-level component's x is the grid, a stage's is a loop
         names += [f"{d}LOOP{tag}" for d in (dims[1:] if top else dims)]
         if c.znumel != E.ONE:
@@ -476,6 +499,12 @@ def _meta(c: Component, tag: str, env: dict, interpret: bool, top: bool = True) 
     out = {f"{d}BLOCK{tag}": block[d] for d in dims}
     if c.kind == "reduce" and c.loops:
         out[f"PERSISTENT{tag}"] = persistent(n["R"], block["R"])
+    if top and S.splittable(c):
+        split = S.split_factor(n["X"], n["R"], block["X"], block["R"],
+                               out[f"PERSISTENT{tag}"], interpret)
+        out[f"SPLIT{tag}"] = split
+        if interpret:   # unused unless split; one value then, not one compile per size
+            out[f"CHUNK{tag}"] = S.chunk(n["R"], split, block["R"]) if split > 1 else 0
     if interpret:
         out.update({f"{d}LOOP{tag}": n[d] for d in (dims[1:] if top else dims)})
         if c.znumel != E.ONE:
@@ -551,10 +580,12 @@ class TritonKernel:
         self.name, self.source = triton_source(kernel, interpret)
         self.fn = _load(self.name, self.source, interpret)
         self.sym_names = [s.name for s in kernel.syms]
-        # syms -> (grid, program starts, constexprs): a launch's configuration depends on
-        # the syms alone, and working it out (size expressions, block sizes) costs more
-        # host time than a small kernel runs; a new shape adds an entry
+        # syms -> (launches, workspaces): a launch's configuration depends on the syms
+        # alone, and working it out (size expressions, block sizes) costs more host time
+        # than a small kernel runs; a new shape adds an entry
         self._launches: dict[tuple, tuple | None] = {}
+        self._staged = any(map(S.splittable, kernel.components))
+        self._dummies: dict = {}    # (dtype, device) -> the workspace of an unsplit launch
 
     def __call__(self, buffers: list[torch.Tensor], syms: list[int]) -> None:
         key = tuple(syms)
@@ -564,25 +595,57 @@ class TritonKernel:
             if len(self._launches) >= LAUNCH_CONFIGS:   # dynamic shapes: keep it bounded
                 self._launches.clear()
             launch = self._launches[key] = self.configure(syms)
-        if launch is not None:
-            grid, extra, meta = launch
-            self.fn[grid](*buffers, *syms, *extra, **meta)
+        if launch is None:
+            return
+        launches, ws = launch
+        if ws:
+            device = buffers[0].device
+            ws = [torch.empty(n, dtype=dt, device=device) if n else self._dummy(dt, device)
+                  for n, dt in ws]
+        for grid, extra, meta in launches:
+            self.fn[grid](*buffers, *syms, *ws, *extra, **meta)
+
+    def _dummy(self, dtype: torch.dtype, device) -> torch.Tensor:
+        t = self._dummies.get((dtype, device))
+        if t is None:
+            t = self._dummies[(dtype, device)] = torch.empty(1, dtype=dtype, device=device)
+        return t
 
     def configure(self, syms) -> tuple | None:
-        """(grid, the components' first programs when there are several, constexprs) of a
-        launch with these syms; None when it has no program to run."""
+        """The launches with these syms, each (grid, the components' first programs when
+        there are several, constexprs), and the workspaces they share, each (elements,
+        dtype), 0 elements for an unsplit component's; None when no program would run.
+        A launch that splits a reduction (codegen/split.py) is two: STAGE 1 runs the
+        split components' partials, STAGE 2 everything else."""
         env = dict(zip(self.sym_names, syms))
-        starts, total, meta = [], 0, {}
+        metas, meta, ws = [], {}, []
         for i, c in enumerate(self.kernel.components):
             m = _meta(c, f"{i}", env, self.interpret)
             meta.update(m)
             xn = _eval(c.xnumel, env)
-            starts.append(total)
             # one program per XBLOCK x (a batch component: one per batch entry)
-            total += xn if c.kind == "batch" else -(-xn // m[f"XBLOCK{i}"])
-        if total == 0:
-            return None
-        return (total,), tuple(starts) if len(starts) > 1 else (), meta
+            programs = xn if c.kind == "batch" else -(-xn // m[f"XBLOCK{i}"])
+            split = m.get(f"SPLIT{i}", 0)
+            metas.append((programs, split))
+            if S.splittable(c):
+                ws += [(split * xn if split > 1 else 0, DTYPES[r.dtype])
+                       for r in S.reductions(c)]
+        stages = [2]
+        if any(split > 1 for _, split in metas):
+            stages = [1, 2]
+        launches = []
+        for stage in stages:
+            starts, total = [], 0
+            for programs, split in metas:
+                starts.append(total)
+                if stage == 1:   # only the split components run, SPLIT programs a block
+                    total += programs * split if split > 1 else 0
+                else:
+                    total += programs
+            if total:
+                m = dict(meta, STAGE=stage) if self._staged else meta
+                launches.append(((total,), tuple(starts) if len(starts) > 1 else (), m))
+        return (launches, ws) if launches else None
 
 
 # Launch configurations a TritonKernel remembers (one per distinct syms) before it forgets

@@ -14,6 +14,7 @@ from fusionstitch.codegen.kernel import kernel_text, template
 from fusionstitch.codegen.lower import Unsupported, lower_group
 from fusionstitch.codegen.triton import triton_source
 from tests.codegen._interpret import _strict, run  # noqa: F401 (_strict: autouse fixture)
+from tests.codegen._sm90 import compile_sm90
 from fusionstitch.fusion import make_plan
 from fusionstitch.fusion.plan import KERNEL
 from fusionstitch.schedule.propagate import FUSIBLE_DOTS
@@ -269,44 +270,6 @@ def test_tiles_smaller_than_the_entry_loop_over_it(monkeypatch):
     check(f, torch.randn(40, 50), torch.randn(50, 36), rtol=1e-4, atol=1e-6)
 
 
-def _compile_sm90(k):
-    """The cuda source of kernel `k` compiled by Triton for sm_90 (no GPU needed)."""
-    import importlib.util
-    import os
-    import tempfile
-
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from triton.runtime.jit import JITFunction
-
-    from fusionstitch.codegen.triton import _meta
-    name, src = triton_source(k, interpret=False)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, f"{name}.py")
-        with open(path, "w") as fh:
-            fh.write(src)
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        fn = JITFunction(getattr(module, name))
-        ptr = {"f32": "*fp32", "f16": "*fp16", "bf16": "*bf16"}
-        sig = {b.name: ptr[b.dtype] for b in k.buffers}
-        env = {s.name: s.value or 1 for s in k.syms}
-        sig.update({s.name: "i32" for s in k.syms})
-        consts = {}
-        for p, v in _meta(k.components[0], "0", env, False).items():
-            sig[p] = "constexpr"
-            consts[(fn.arg_names.index(p),)] = v
-        try:
-            return src, triton.compile(ASTSource(fn, sig, consts),
-                                       target=GPUTarget("cuda", 90, 32))
-        except RuntimeError as e:      # a toolchain without the NVIDIA backend
-            if "ptxas" in str(e) or "backend" in str(e):
-                pytest.skip(str(e))
-            raise
-
-
 def test_gpu_source_compiles_for_sm90():
     """No GPU in CI: Triton still compiles the cuda source to a cubin, which catches
     type errors of loop-carried values, tl.dot shapes and the like. fp32 GEMMs use the
@@ -315,13 +278,13 @@ def test_gpu_source_compiles_for_sm90():
         s = torch.bmm(q * 2, k.transpose(1, 2)) * 0.25
         return torch.bmm(torch.softmax(s, -1), v).sum(-1)
     g = _graph(attention, *(torch.randn(3, 5, 8) for _ in range(3)))
-    src, out = _compile_sm90(lower_group(g, _ops(g), "k"))
+    src, out = compile_sm90(lower_group(g, _ops(g), "k"))
     assert "cubin" in out.asm and src.count('input_precision="ieee"') == 2
 
     def half(a, b):
         return torch.relu(torch.bmm(a, b)) * 2
     g = _graph(half, torch.randn(3, 7, 20).half(), torch.randn(3, 20, 9).half())
-    src, out = _compile_sm90(lower_group(g, _ops(g), "k"))
+    src, out = compile_sm90(lower_group(g, _ops(g), "k"))
     assert "input_precision" not in src and "mma" in out.asm["ptx"]
 
 
@@ -373,5 +336,5 @@ def test_staged_gpu_source_compiles_for_sm90():
     g = _graph(f, torch.randn(64, 10), torch.randn(64, 10))
     k = lower_group(g, _ops(g), "k")
     assert [c.kind for c in k.components] == ["batch"]
-    src, out = _compile_sm90(k)
+    src, out = compile_sm90(k)
     assert "cubin" in out.asm and "debug_barrier" in src

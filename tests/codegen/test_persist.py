@@ -107,7 +107,7 @@ def test_both_variants_compile_for_sm90(persistent, monkeypatch):
     """No GPU here: Triton still compiles the cuda source (the variant the sizes pick) to a
     cubin, which catches type errors the interpreter lets through."""
     from fusionstitch.codegen import triton as T
-    from tests.codegen.test_batch import _compile_sm90
+    from tests.codegen._sm90 import compile_sm90
     if not persistent:
         monkeypatch.setattr(T, "PERSISTENT_RNUMEL", -1)
 
@@ -118,5 +118,5 @@ def test_both_variants_compile_for_sm90(persistent, monkeypatch):
     for dtype in (torch.float32, torch.float16):
         k = _kernel(f, torch.randn(4, 40, dtype=dtype), torch.randn(40, dtype=dtype))
         assert [T.runs_persistent(c, False) for c in k.components] == [persistent]
-        src, out = _compile_sm90(k)
+        src, out = compile_sm90(k)
         assert "cubin" in out.asm
