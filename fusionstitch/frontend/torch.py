@@ -100,6 +100,12 @@ class CompiledGraph:
             mutated = mutated_input_pairs(kind)
         self.mutated = mutated
         self._tensor_only: bool | None = None
+        # a graph whose inputs all have static sizes is called with those sizes, dtypes
+        # and devices only (Dynamo guards them, and the graph has them baked in): after
+        # the first call its one specialisation serves every call, with no key to build
+        # (an optimizer step's 160 inputs: 0.1 ms a call)
+        self._static = static_inputs(gm)
+        self._only: Any = None
         if sink is not None:
             sink.append(self)
         _stats.bump("compiles")
@@ -109,6 +115,12 @@ class CompiledGraph:
         # unboxed after Dynamo wraps them; inputs are never lists, so both are unambiguous.
         args = call_args[0] if len(call_args) == 1 and isinstance(call_args[0], list) \
             else list(call_args)
+        entry = self._only
+        if entry is not None and len(args) == self._static:
+            if entry is _FALLBACK:
+                out = self.gm(*args)
+                return list(out) if isinstance(out, (tuple, list)) else [out]
+            return entry.run(args)
         if self._tensor_only is None:   # placeholders keep their kind from call to call
             self._tensor_only = all(isinstance(a, torch.Tensor) for a in args)
         key = None
@@ -127,6 +139,8 @@ class CompiledGraph:
         entry = self.specialisations.get(key)
         if entry is None:
             entry = self.specialisations[key] = self._specialise(args)
+            if self._static and key[0] == "tensors" and len(args) == self._static:
+                self._only = entry
         if entry is _FALLBACK:
             out = self.gm(*args)
             return list(out) if isinstance(out, (tuple, list)) else [out]
@@ -174,6 +188,21 @@ class CompiledGraph:
             log.exception("%s: internal error, running through torch unfused", self.name)
         _stats.bump("fallbacks")
         return _FALLBACK
+
+
+def static_inputs(gm: torch.fx.GraphModule) -> int:
+    """The number of inputs of `gm` when every one is a strided tensor of static sizes and
+    strides (FX's recorded example values), else 0."""
+    n = 0
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val", node.meta.get("example_value"))
+        if not isinstance(val, torch.Tensor) or val.layout != torch.strided \
+                or not graph_cache._static(val):
+            return 0
+        n += 1
+    return n
 
 
 def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = False,

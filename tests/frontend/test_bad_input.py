@@ -165,3 +165,27 @@ def test_backend_name_resolves_through_entry_point():
             "import fusionstitch\n"
             "assert fusionstitch.stats()['kernels_launched'] == 1, fusionstitch.stats()\n")  # stitched
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def test_static_graphs_skip_the_key_dynamic_ones_keep_it():
+    """A graph with static input sizes runs its one specialisation without building a
+    key (Dynamo guards the sizes); a graph with symbolic sizes specialises per shape."""
+    def fn(x, y):
+        return torch.softmax(x * 2, -1) + y
+
+    sink = []
+    f = torch.compile(fn, backend=fusionstitch.backend(_sink=sink), dynamic=False)
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    for _ in range(3):
+        torch.testing.assert_close(f(x, y), fn(x, y))
+    [cg] = sink
+    assert cg._static == 2 and cg._only is not None and len(cg.specialisations) == 1
+
+    sink.clear()
+    torch._dynamo.reset()
+    g = torch.compile(fn, backend=fusionstitch.backend(_sink=sink), dynamic=True)
+    for batch in (3, 5, 3):
+        a, b = torch.randn(batch, 8), torch.randn(batch, 8)
+        torch.testing.assert_close(g(a, b), fn(a, b))
+    [cg] = sink
+    assert cg._static == 0 and cg._only is None and len(cg.specialisations) == 2
