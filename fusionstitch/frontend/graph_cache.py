@@ -34,7 +34,9 @@ On a hit, `load` returns what stands in for AOTAutograd's runtime wrapper: it ru
 the graph with grad off (as AOTAutograd runs inference graphs), copies each mutated
 input's new value back unless our runtime already wrote it in place
 (runtime/inplace.py), and returns the user outputs as a list (as AOTAutograd does;
-Dynamo's code unpacks it). Files are `cache_dir("graphs")/<key>.pkl`, written to a
+Dynamo's code unpacks it). A miss whose graph `store` kept gets the same wrapper (`runner_for`)
+around the CompiledGraph AOTAutograd's compile just made, so the first compile runs as
+lean as a warm one. Files are `cache_dir("graphs")/<key>.pkl`, written to a
 temporary file and renamed into place; they unpickle with an allow-list of this
 module's tags only. An entry that does not load or build is ignored (logged at
 DEBUG) and AOTAutograd runs as before. `FUSIONSTITCH_GRAPH_CACHE=0` turns it off.
@@ -430,6 +432,16 @@ def _build(key: str, entry: tuple, make: Callable[[torch.fx.GraphModule, list], 
         return None
     _MEMORY[key] = entry
     counters.bump("graph_cache_hits")
+    return _runner(compiled, pairs, len(pairs))
+
+
+def runner_for(key: str, compiled: Callable) -> Callable | None:
+    """The wrapper a hit would return, around `compiled` (the CompiledGraph this process
+    just made for the graph `store` kept under `key`), or None when it kept none."""
+    entry = _MEMORY.get(key)
+    if entry is None:
+        return None
+    pairs = [(int(i), int(j)) for i, j in entry[1]]
     return _runner(compiled, pairs, len(pairs))
 
 

@@ -303,3 +303,41 @@ def test_explain_does_not_use_the_cache(fresh_cache):
         with torch.no_grad():
             fusionstitch.explain(softmax_and_update, *inputs(), target="cpu")
     assert counts() == (0, 0) and entries(fresh_cache) == []
+
+
+@pytest.mark.parametrize("cache", ["on", "off"])
+def test_a_cold_compile_runs_the_lean_wrapper_too(cache, fresh_cache, monkeypatch):
+    """From the first compile on, a graph the cache takes runs under the wrapper a hit
+    returns: no `copy_` of an input our kernel already wrote (AOTAutograd's wrapper copies
+    each mutated input back); with the cache off, AOTAutograd's wrapper as before."""
+    if cache == "off":
+        monkeypatch.setenv("FUSIONSTITCH_GRAPH_CACHE", "0")
+    returned = []
+    be = fusionstitch.backend(target="cpu")
+
+    def spy(gm, example_inputs):
+        returned.append(be(gm, example_inputs))
+        return returned[-1]
+
+    def update(p, g):
+        p.mul_(0.9).add_(g)
+        return (p * 2).sum()
+
+    f = torch.compile(update, backend=spy)
+    p, g = torch.randn(64), torch.randn(64)
+    ref_p = p.clone()
+    copies = []
+    real_copy = torch.Tensor.copy_
+    with torch.no_grad():
+        f(p, g)
+        ref_p.mul_(0.9).add_(g)
+        monkeypatch.setattr(torch.Tensor, "copy_",
+                            lambda t, *a, **k: copies.append(1) or real_copy(t, *a, **k))
+        out = f(p, g)
+        monkeypatch.setattr(torch.Tensor, "copy_", real_copy)
+        ref_p.mul_(0.9).add_(g)
+    torch.testing.assert_close(p, ref_p)
+    torch.testing.assert_close(out, (ref_p * 2).sum())
+    [fn] = returned
+    assert hasattr(fn, "compiled_graph") == (cache == "on")
+    assert (not copies) == (cache == "on")
