@@ -275,9 +275,15 @@ def template(k: Kernel, persistent: Callable[[Component], bool] | None = None) -
     over (r), in how many passes; a batch component lists its stages, `S` marking those
     that keep their results for later stages (scratch). `persistent` (from the target)
     says which reduce components keep their row in registers at the lowering-time sizes
-    instead of looping over it: they read `persistent r<N xK` (K passes over one row)."""
-    def fits(c: Component) -> bool:
+    instead of looping over it: they read `persistent r<N xK` (K passes over one row); it
+    may name the way instead (a string such as "split 8 loop": rows spread over 8
+    programs each, codegen/split.py)."""
+    def fits(c: Component):
         return persistent is not None and persistent(c)
+
+    def how(c: Component) -> str:
+        way = fits(c)
+        return way if isinstance(way, str) else "persistent" if way else "loop"
     scratch = {b.name for b in k.scratch}
     parts = []
     for c in k.components:
@@ -292,15 +298,16 @@ def template(k: Kernel, persistent: Callable[[Component], bool] | None = None) -
                     if st.znumel != ONE:
                         text += f" z<{to_source(st.znumel)}"
                 elif st.kind == "reduce":
-                    text += (f"{' persistent' if fits(st) else ''} r<{to_source(st.rnumel)} "
+                    # a stage never splits: only its persistence shows
+                    text += (f"{' persistent' if how(st) == 'persistent' else ''} "
+                             f"r<{to_source(st.rnumel)} "
                              f"x{len(st.loops)}")
                 if any(isinstance(s, Store) and s.buffer in scratch for s in _stmts(st)):
                     text += " S"
                 stages.append(text)
             parts.append(f"grid b<{to_source(c.xnumel)}, " + ", ".join(stages))
         else:
-            how = "persistent" if fits(c) else "loop"
-            parts.append(f"grid x<{to_source(c.xnumel)}, {how} r<{to_source(c.rnumel)} "
+            parts.append(f"grid x<{to_source(c.xnumel)}, {how(c)} r<{to_source(c.rnumel)} "
                          f"x{len(c.loops)}")
     text = " | ".join(parts)
     return f"packing[{text}]" if len(parts) > 1 else f"[{text}]"

@@ -571,6 +571,21 @@ def runs_persistent(c: Component, interpret: bool) -> bool:
     return persistent(rnumel, block_sizes(c, xnumel, rnumel, interpret)[1])
 
 
+def reduce_schedule(c: Component, interpret: bool) -> str | bool:
+    """How reduce component `c` runs at its lowering-time sizes, for the template that
+    explain() prints (a launch decides from its own sizes): "persistent", "split N loop"
+    (codegen/split.py: N programs a block of rows), or False (looped)."""
+    if c.kind != "reduce" or not c.loops:
+        return False
+    xnumel, rnumel = _value(c.xnumel), _value(c.rnumel)
+    xblock, rblock = block_sizes(c, xnumel, rnumel, interpret)
+    if persistent(rnumel, rblock):
+        return "persistent"
+    split = S.split_factor(xnumel, rnumel, xblock, rblock, False, interpret) \
+        if S.splittable(c) else 1
+    return f"split {split} loop" if split > 1 else False
+
+
 class TritonKernel:
     """A loaded kernel and how to launch it: `run(buffers, syms)`."""
 

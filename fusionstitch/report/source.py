@@ -57,8 +57,8 @@ def persistent_rule(target: str):
     the template; None where none does (the C++ target: its row buffers are in rowbuf.py)."""
     if target not in ("cuda", "interpret"):
         return None
-    from ..codegen.triton import runs_persistent
-    return lambda c: runs_persistent(c, target == "interpret")
+    from ..codegen.triton import reduce_schedule
+    return lambda c: reduce_schedule(c, target == "interpret")
 
 
 def kernel_source(plan: FusionPlan, group: Group, target: str, kernel=None) -> KernelSource:

@@ -140,3 +140,13 @@ def test_split_on_the_gpu(shape, dim, splits):
     got, ref = fn(x), f(x)
     _close(got, ref, rtol=1e-4, atol=1e-3)
     assert max(splits) > 1
+
+
+def test_explain_shows_the_split():
+    """The template explain() prints names the split at the lowering-time sizes."""
+    rep = fusionstitch.explain(lambda x: F.mse_loss(x, torch.zeros_like(x)),
+                               torch.randn(1 << 20), target="cuda")
+    assert "[grid x<1, split 128 loop r<" in str(rep)
+    rep = fusionstitch.explain(lambda x: torch.softmax(x, -1), torch.randn(8, 64),
+                               target="cuda")
+    assert "persistent r<" in str(rep) and "split" not in str(rep)
