@@ -167,7 +167,7 @@ class CompiledGraph:
                 j for j, a in enumerate(args) if isinstance(a, torch.Tensor))}
             mutated = [(i, param_of[j]) for i, j in self.mutated if j in param_of]
             target = self.options.resolved_target() if self.execute else "torch"
-            program = Program(plan, device, target, mutated)
+            program = Program(plan, device, target, mutated, static=bool(self._static))
             run = program
             if self.options.cuda_graphs:
                 from ..runtime.cudagraph import wrap
@@ -192,16 +192,23 @@ class CompiledGraph:
 
 def static_inputs(gm: torch.fx.GraphModule) -> int:
     """The number of inputs of `gm` when every one is a strided tensor of static sizes and
-    strides (FX's recorded example values), else 0."""
+    strides and no value in the graph has a symbolic size (a data-dependent one: nonzero
+    with captured output shapes) or is a symbolic number (FX's recorded values), else 0."""
     n = 0
     for node in gm.graph.nodes:
-        if node.op != "placeholder":
-            continue
         val = node.meta.get("val", node.meta.get("example_value"))
-        if not isinstance(val, torch.Tensor) or val.layout != torch.strided \
-                or not graph_cache._static(val):
-            return 0
-        n += 1
+        if node.op == "placeholder":
+            if not isinstance(val, torch.Tensor) or val.layout != torch.strided \
+                    or not graph_cache._static(val):
+                return 0
+            n += 1
+            continue
+        vals = val if isinstance(val, (tuple, list)) else (val,)
+        for v in vals:
+            if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) or (
+                    isinstance(v, torch.Tensor) and v.layout == torch.strided
+                    and not graph_cache._static(v)):
+                return 0
     return n
 
 

@@ -53,9 +53,13 @@ class Program:
     """A compiled plan for one concrete input signature."""
 
     def __init__(self, plan: FusionPlan, device: torch.device | None = None,
-                 target: str = "torch", mutated: list[tuple[int, int]] = ()):
+                 target: str = "torch", mutated: list[tuple[int, int]] = (),
+                 static: bool = False):
         """`mutated`: (graph output, parameter) pairs where the output is the parameter's
-        new value (AOTAutograd's mutated inputs); kernels may write those in place."""
+        new value (AOTAutograd's mutated inputs); kernels may write those in place.
+        `static`: every call passes inputs of the sizes and strides of the first (Dynamo
+        guards them for a graph of static sizes), so each kernel's syms and in-place
+        choices are worked out once (runtime/launch.py)."""
         self.plan = plan
         self.target = target
         graph = plan.graph
@@ -79,6 +83,8 @@ class Program:
             if value not in keep:
                 dead_after.setdefault(user, []).append(slot_of[value])
         kernels = compile_kernels(plan, target, slot_of, self.device, list(mutated))
+        for k in kernels.values():
+            k.static = static
         self.kernel_steps = kernels
         steps = []
         for g in plan.groups:

@@ -63,3 +63,52 @@ def test_syms_fall_back_when_an_input_has_another_rank():
     odd[i] = ins[i].unsqueeze(0)   # one more stride than its type says
     strides = [t.stride() for t in odd]
     assert list(ks._syms(odd)) == [v if j is None else strides[j][v] for j, v in ks.binding]
+
+
+def test_static_steps_work_out_syms_and_in_place_choices_once(monkeypatch):
+    """A Program of a graph with static sizes (Dynamo guards them) works out each kernel's
+    syms and in-place choices on its first call; later calls reuse them while the inputs
+    are on the same storages, and choose again for new ones; the numbers match eager."""
+    calls = {"syms": 0, "choose": 0}
+    for name, method in (("syms", "_syms"), ("choose", "_choose_into")):
+        real = getattr(launch.KernelStep, method)
+
+        def counted(self, *a, real=real, name=name):
+            calls[name] += 1
+            return real(self, *a)
+        monkeypatch.setattr(launch.KernelStep, method, counted)
+    torch._dynamo.reset()
+    first = W.make("adam", "small")
+    fn = torch.compile(first.fn, backend=fusionstitch.backend(target="cpu"))
+    ref = W.make("adam", "small")
+    for inst in (first, first, W.make("adam", "small", seed=1)):
+        if inst is not first:
+            ref = W.make("adam", "small", seed=1)
+        got, want = W.step(inst, fn), W.step(ref)
+        for g, r in zip(got, want):
+            torch.testing.assert_close(g, r)
+        if inst is first and calls["syms"] == 1:
+            assert calls["choose"] == 1
+    # one kernel: syms once; in-place choices for the first storages, then the new ones
+    assert calls == {"syms": 1, "choose": 2}
+    torch._dynamo.reset()
+
+
+def test_inputs_sharing_a_storage_are_checked_every_call():
+    ks, ins, values = next((ks, ins, v) for ks, ins, v in launched("adam") if ks.into)
+    ks.static, ks._static_into = True, None
+    # two same-shaped inputs the kernel writes into, moved onto one storage
+    by_shape = {}
+    for k, slot in ks.into.items():
+        by_shape.setdefault(tuple(values[slot].shape), []).append(slot)
+    a, b = next(s[:2] for s in by_shape.values() if len(s) >= 2)
+    base = torch.stack([values[a], values[b]])
+    shared = list(values)
+    shared[a], shared[b] = base[0], base[1]
+    pos = {slot: i for i, (slot, e) in enumerate(ks.inputs) if e is None}
+    shared_ins = list(ins)
+    shared_ins[pos[a]], shared_ins[pos[b]] = base[0], base[1]
+    ks._outputs_into(shared, shared_ins, None)
+    assert ks._static_into is None        # decided, not remembered
+    ks._outputs_into(values, ins, None)
+    assert ks._static_into is not None    # storages of their own: remembered
