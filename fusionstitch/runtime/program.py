@@ -90,7 +90,10 @@ class Program:
         for g in plan.groups:
             step = kernels.get(g.id)
             if step is not None:
-                dead = [d for name in g.nodes for d in dead_after.get(name, ())]
+                # values made and last read inside the kernel never reach `values`
+                inside = {slot_of[name] for name in g.nodes}
+                dead = [d for name in g.nodes for d in dead_after.get(name, ())
+                        if d not in inside]
                 steps.append(("generated", (step, dead)))
                 continue
             ops = []
@@ -124,9 +127,12 @@ class Program:
             for n in s.pooled.values():
                 self._room[n] = self._room.get(n, 0) + 1
         if self.device.type == "cpu" and self._room and recycle.enabled():
+            # not the inputs: the caller holds them (recycle.offer would refuse each, and
+            # an optimizer step drops 160 a call)
             self.recycled = frozenset(
                 slot_of[n.name] for n in graph.nodes
-                if isinstance(n.type, TensorType) and n.type.nbytes >= recycle.MIN_BYTES)
+                if n.op not in (PARAMETER, CONSTANT) and isinstance(n.type, TensorType)
+                and n.type.nbytes >= recycle.MIN_BYTES)
         self._pool: dict[int, list] = {}   # bytes -> storages of dead values (recycle.py)
         self.num_kernels = plan.num_kernels
         self.num_library_calls = plan.num_library_calls

@@ -54,3 +54,28 @@ def test_values_live_until_their_last_reader_in_execution_order():
     out = Program(plan)([torch.ones(4)])
     expected = -torch.ones(4).exp() * torch.ones(4).exp().sin()
     assert torch.allclose(out[0], expected)
+
+
+def test_a_kernel_drops_only_values_that_reached_the_value_list():
+    """A generated kernel's dead list holds the values it read from outside, not those
+    made and last read inside it (never materialised); inputs are never offered for
+    recycling (the caller holds them)."""
+    from fusionstitch.fusion import make_plan
+    from fusionstitch.ir.graph import PARAMETER
+    b = GraphBuilder("g")
+    x = b.param((256, 256))
+    y = b.param((256, 256))
+    e = b.op("exp.default", x)                     # made and read inside the kernel
+    s = b.op("add.Tensor", e, y)
+    r = b.op("relu.default", s)
+    g = b.build(b.op("mul.Tensor", r, r))
+    plan = make_plan(g, "stitch", "cpu")
+    prog = Program(plan, torch.device("cpu"), "cpu")
+    slot = {n.name: i for i, n in enumerate(g.nodes)}
+    [(kind, (step, dead))] = [st for st in prog.steps if st[0] == "generated"]
+    made = {slot[name] for grp in plan.groups if grp.kind == "kernel" for name in grp.nodes}
+    assert not set(dead) & made
+    params = {slot[n.name] for n in g.nodes if n.op == PARAMETER}
+    assert not prog.recycled & params
+    a, bb = torch.randn(256, 256), torch.randn(256, 256)
+    torch.testing.assert_close(prog([a, bb])[0], torch.relu(a.exp() + bb) ** 2)
