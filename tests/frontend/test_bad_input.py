@@ -194,15 +194,15 @@ def test_static_graphs_skip_the_key_dynamic_ones_keep_it():
 def test_a_data_dependent_size_inside_is_not_static(monkeypatch):
     """Inputs of static sizes, but a value whose size depends on the data (nonzero, with
     its output shape captured): not static, so nothing is worked out once for all calls."""
-    monkeypatch.setattr(torch._dynamo.config, "capture_dynamic_output_shape_ops", True)
-
     def fn(x):
         y = x[torch.nonzero(x > 0).squeeze(1)]
         return (y * 2).sum(), y.exp()
     sink = []
     f = torch.compile(fn, backend=fusionstitch.backend(_sink=sink))
     monkeypatch.setenv("FUSIONSTITCH_STRICT", "0")   # nonzero has no meta: torch runs it
-    for x in (torch.tensor([1.0, -2, 3]), torch.tensor([-1.0, 2, -3])):
-        for g, r in zip(f(x), fn(x)):
-            torch.testing.assert_close(g, r)
+    # (config.patch, not monkeypatch: undoing a setattr on Dynamo's config deletes the key)
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        for x in (torch.tensor([1.0, -2, 3]), torch.tensor([-1.0, 2, -3])):
+            for g, r in zip(f(x), fn(x)):
+                torch.testing.assert_close(g, r)
     assert sink and all(cg._static == 0 for cg in sink)
