@@ -104,3 +104,33 @@ def test_cli_rejects_cuda_graphs_on_cpu(capsys):
     with pytest.raises(SystemExit) as e:
         R.main(["--target", "cpu", "--cuda-graphs", "on"])
     assert e.value.code == 2 and "need the cuda target" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_five_variants_end_to_end_on_cpu(tmp_path, monkeypatch):
+    """The plumbing of a GPU run, on CPU: all five variants compiled, timed, compared and
+    drawn (Inductor's reduce-overhead and fusionstitch's cuda_graphs run uncaptured on CPU
+    tensors, each saying so in its log)."""
+    why = R.inductor_error()
+    if why is not None:
+        pytest.skip(f"Inductor cannot compile on this machine's CPU: {why}")
+    monkeypatch.setattr(R, "bench_variants", lambda target, against, cuda_graphs="auto":
+                        list(R.VARIANTS))
+    result = R.run(["softmax_chain"], "small", "cpu", ("eager", "inductor"),
+                   out_dir=str(tmp_path), warm_start=False, **FAST)
+    data = json.loads(Path(result["json_path"]).read_text())
+    [row] = data["rows"]
+    assert list(row["variants"]) == list(R.VARIANTS)
+    for v, e in row["variants"].items():
+        assert "error" not in e and e["median_s"] > 0, v
+        assert e["achieved_gbs"] > 0
+    sp = row["speedup"]
+    for key in ("inductor_cudagraphs_vs_eager", "fusionstitch_cudagraphs_vs_eager",
+                "fusionstitch_cudagraphs_vs_inductor_cudagraphs",
+                "fusionstitch_best_vs_inductor_best"):
+        assert sp[key] > 0, key
+    s = data["summary"]
+    assert s["fusionstitch_matches_eager"] and not s["failed"]
+    assert "geomean_speedup_fusionstitch_cudagraphs_vs_inductor_cudagraphs" in s
+    text = R.table(data["rows"], data["meta"]["variants"])
+    assert "fs+cg/ind+cg" in text and "best fs/best ind" in text and "GB/s fs+cg" in text
