@@ -605,16 +605,21 @@ def plot(rows: list[dict], path: str, title: str) -> None:
     def count(var, key):
         return [r["variants"].get(var, {}).get(key) for r in rows]
 
-    series = [("eager", "eager ops", count("eager", "ops")),
-              ("inductor", "inductor kernels", count("inductor", "kernels")),
-              ("fusionstitch", "fusionstitch kernels", count("fusionstitch", "kernels"))]
+    profiled = any("prof_kernels" in e for r in rows for e in r["variants"].values())
+    if profiled:   # on CUDA: torch.profiler's count of every variant's launches
+        series = [(v, v, count(v, "prof_kernels")) for v in VARIANTS]
+        libcalls = []
+    else:
+        series = [("eager", "eager ops", count("eager", "ops")),
+                  ("inductor", "inductor kernels", count("inductor", "kernels")),
+                  ("fusionstitch", "fusionstitch kernels", count("fusionstitch", "kernels"))]
+        libcalls = [c or 0 for c in count("fusionstitch", "library_calls")]
     series = [s for s in series if any(c is not None for c in s[2])]
-    libcalls = [c or 0 for c in count("fusionstitch", "library_calls")]
     width = 0.8 / max(len(series), 1)
     for k, (var, label, vals) in enumerate(series):
         xs = [i - 0.4 + width * (k + 0.5) for i in x]
         ax2.bar(xs, [c or 0 for c in vals], width, label=label, color=colours[var])
-        if var == "fusionstitch":  # library calls stacked on top of the generated kernels
+        if var == "fusionstitch" and libcalls:  # library calls on top of the kernels
             ax2.bar(xs, libcalls, width, bottom=[c or 0 for c in vals],
                     label="fusionstitch library calls", color=colours["fusionstitch libcalls"])
         for xi, c in zip(xs, vals):
@@ -625,8 +630,9 @@ def plot(rows: list[dict], path: str, title: str) -> None:
     ax2.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}"))
     ax2.set_ylim(0.5, 3 * ax2.get_ylim()[1])  # a count of 1 still shows; room for labels
     ax2.set_ylabel("kernels per step (log)")
-    ax2.set_title("eager: non-view aten ops; Inductor: generated kernels; fusionstitch: "
-                  "kernels launched (+ library calls)", fontsize=9)
+    ax2.set_title("device kernels launched per step, counted by torch.profiler (copies apart)"
+                  if profiled else "eager: non-view aten ops; Inductor: generated kernels; "
+                  "fusionstitch: kernels launched (+ library calls)", fontsize=9)
     for ax in (ax1, ax2):
         ax.set_xticks(x, names, rotation=25, ha="right", fontsize=8)
         ax.legend(fontsize=8)

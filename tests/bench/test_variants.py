@@ -134,3 +134,22 @@ def test_five_variants_end_to_end_on_cpu(tmp_path, monkeypatch):
     assert "geomean_speedup_fusionstitch_cudagraphs_vs_inductor_cudagraphs" in s
     text = R.table(data["rows"], data["meta"]["variants"])
     assert "fs+cg/ind+cg" in text and "best fs/best ind" in text and "GB/s fs+cg" in text
+
+
+def test_the_picture_counts_with_the_profiler_when_there_is_a_count(tmp_path):
+    """On CUDA the lower panel shows torch.profiler's count of every variant's kernels."""
+    import matplotlib.pyplot as plt
+    rows = [_row("a", 2, 10), _row("b", 6, 10)]
+    titles = []
+    real = plt.Axes.set_title
+    plt.Axes.set_title = lambda ax, t, **kw: (titles.append(t), real(ax, t, **kw))[1]
+    try:
+        R.plot(rows, str(tmp_path / "p.png"), "t")
+        for r in rows:
+            for e in r["variants"].values():
+                e.pop("prof_kernels", None)
+        R.plot(rows, str(tmp_path / "q.png"), "t")
+    finally:
+        plt.Axes.set_title = real
+    assert (tmp_path / "p.png").exists() and (tmp_path / "q.png").exists()
+    assert "torch.profiler" in titles[0] and "torch.profiler" not in titles[1]
