@@ -223,8 +223,6 @@ def prepare_variant(name: str, size: str, variant: str, target: str,
     run = lean_step(inst, fn)
     if variant == "inductor":   # (reduce-overhead finds them in the FX graph cache)
         entry["kernels"] = inductor_metrics.generated_kernel_count
-    elif variant == "inductor_cudagraphs":
-        pass
     elif variant.startswith("fusionstitch"):
         entry["fallbacks"] = fusionstitch.stats()["fallbacks"]
         run()  # the counts of a step that compiles nothing
@@ -232,7 +230,7 @@ def prepare_variant(name: str, size: str, variant: str, target: str,
         run()
         s = fusionstitch.stats()
         entry["kernels"], entry["library_calls"] = s["kernels_launched"], s["library_calls"]
-    else:
+    elif variant == "eager":
         entry["ops"] = eager_ops(run)
     for ref, key in (("eager", "max_rel_err"), ("float64", "max_rel_err_f64")):
         if ref in references:
