@@ -2,10 +2,16 @@
 
     python -m bench.run [--workloads a,b] [--size small|full] [--target auto|cpu|cuda]
                         [--against eager,inductor] [--repeat N] [--out DIR]
+                        [--dtype float32|bfloat16] [--cuda-graphs auto|on|off]
+                        [--no-warm-start]
     fusionstitch bench ...        (the same options)
 
-Per workload, in one process, each variant on a fresh ``bench.workloads.make``
-instance (optimizer state and in-place updates do not leak between variants):
+Variants: eager (always: the reference), the baselines of ``--against``, fusionstitch;
+with CUDA graphs (``--cuda-graphs``; auto: on the cuda target) also
+``inductor_cudagraphs`` (Inductor's ``mode="reduce-overhead"``) and
+``fusionstitch_cudagraphs`` (``cuda_graphs=True``). Per workload, in one process, each
+variant on a fresh ``bench.workloads.make`` instance (optimizer state and in-place
+updates do not leak between variants):
 
 * ``first_call_s``: the first step, cold (Dynamo, AOTAutograd, the backend's compile
   of forward and backward, one step); Inductor and fusionstitch compile into fresh
@@ -22,10 +28,16 @@ instance (optimizer state and in-place updates do not leak between variants):
   calls); Inductor's ``torch._inductor.metrics.generated_kernel_count`` over its
   compile; eager's non-view aten ops per step (about one kernel each);
 * ``max_rel_err`` of the first step against eager's, ``max_rel_err_f64`` against eager
-  in float64 (eager's own fp32 rounding can exceed 1e-4: BatchNorm backward, big batch).
+  in float64 (eager's own fp32 rounding can exceed 1e-4: BatchNorm backward, big batch);
+* on CUDA, ``prof_kernels`` / ``prof_memcpy``: torch.profiler's count of the kernels
+  and copies one timed step launched (``bench/device_metrics.py``), an independent count;
+* for a memory-bound workload (``Workload.memory_bound``), ``compulsory_bytes`` (inputs
+  read and results written once) and per variant ``achieved_gbs`` and ``copy_fraction``
+  of the device's copy bandwidth (``meta["copy_bandwidth_gbs"]``).
 
-Speed-ups are ``eager median / variant median`` (above 1 is faster). Writes
-``bench_<target>_<size>_<date>.json`` and a ``.png`` beside it into ``--out``.
+Speed-ups are ``eager median / variant median`` (above 1 is faster), and fusionstitch's
+against Inductor's like for like (see :func:`speedups`). Writes
+``bench_<target>_<size>[_bf16]_<date>.json`` and a ``.png`` beside it into ``--out``.
 """
 from __future__ import annotations
 
