@@ -707,20 +707,27 @@ def run(workloads, size: str = "full", target: str = "auto", against=("eager", "
             "inductor_cache": "fresh folder per workload (cold compile)",
             "copy_bandwidth_gbs": copy_gbs,
             "versions": vers, "command": command, "date": vers["date"]}
-    rows = [bench_workload(name, size, target, variants, repeat=repeat, min_time=min_time,
-                           index=f"{i}/{len(workloads)}", dtype=dtype, copy_gbs=copy_gbs,
-                           measure_warm_start=warm_start)
-            for i, name in enumerate(workloads, 1)]
-    result = {"meta": meta, "summary": summarise(rows, dtype), "rows": rows}
     os.makedirs(out_dir, exist_ok=True)
     day = meta["date"][:10]
     stem = os.path.join(out_dir, f"bench_{target}_{size}_"
                         + ("" if dtype == "float32" else "bf16_") + day)
-    with open(stem + ".json", "w") as f:
-        json.dump(_finite(result), f, indent=1, allow_nan=False)
-        f.write("\n")
+    rows: list[dict] = []
+    result = {"meta": {**meta, "complete": True}, "summary": summarise(rows, dtype),
+              "rows": rows}
+    for i, name in enumerate(workloads, 1):
+        rows.append(bench_workload(name, size, target, variants, repeat=repeat,
+                                   min_time=min_time, index=f"{i}/{len(workloads)}",
+                                   dtype=dtype, copy_gbs=copy_gbs,
+                                   measure_warm_start=warm_start))
+        # written after every workload: a run stopped by a time limit keeps what it did
+        result = {"meta": {**meta, "complete": i == len(workloads)},
+                  "summary": summarise(rows, dtype), "rows": rows}
+        with open(stem + ".json", "w") as f:
+            json.dump(_finite(result), f, indent=1, allow_nan=False)
+            f.write("\n")
     title = (f"fusionstitch (stitch, target {target}) vs "
-             f"{' / '.join(v for v in variants if v in BASELINES)}, size {size}, {dtype}\n{meta['device']}, {meta['versions']['torch_threads']} threads, "
+             f"{' / '.join(v for v in variants if v in BASELINES)}, size {size}, {dtype}\n"
+             f"{meta['device']}, {meta['versions']['torch_threads']} threads, "
              f"torch {meta['versions']['torch']}, {day}")
     plot(rows, stem + ".png", title)
     return {**result, "json_path": stem + ".json", "png_path": stem + ".png"}

@@ -10,7 +10,10 @@
 #   bash tools/gpu_session.sh reductions  # persistent against looped reductions, rows 256-8192
 #
 # Logs, JSON and pictures go to $OUT (the device tool brings that folder back), else to
-# ./gpu-out. Each step stops itself before the tool's 10-minute limit (STEP_LIMIT).
+# ./gpu-out. Each step stops itself before the tool's 10-minute limit (STEP_LIMIT); the
+# bench writes its JSON after every workload, so a step cut short keeps what it did, and
+# WORKLOADS=a,b runs the bench steps on those workloads only (the rest in a second call;
+# each call's $OUT comes back on its own, so give the second call's JSON another name).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-out}"
@@ -18,24 +21,28 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 py="${PYTHON:-python3}"
 limit="${STEP_LIMIT:-560}"
-log="$out/$1.log"
+only=()
+if [ -n "${WORKLOADS:-}" ]; then only=(--workloads "$WORKLOADS"); fi
+step="${1:-}"
+log="$out/${step:-usage}.log"
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   $py -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch",
 torch.__version__, "triton", triton.__version__, "cuda", torch.version.cuda)'; } >"$log" 2>&1
 
-case "$1" in
+case "$step" in
   tests)
     # the gpu tier, 4 workers (Triton compiles in parallel), slowest tests listed
     timeout "$limit" $py -m pytest -q -m gpu -p no:cacheprovider -n 4 --durations 15 \
       tests 2>&1 | tee -a "$log" ;;
   bench)
     timeout "$limit" $py -m bench.run --target cuda --size full --repeat 20 --min-time 0.5 \
-      --against eager,inductor --cuda-graphs on --no-warm-start --out "$out" 2>&1 | tee -a "$log" ;;
+      --against eager,inductor --cuda-graphs on --no-warm-start ${only[@]+"${only[@]}"} --out "$out" \
+      2>&1 | tee -a "$log" ;;
   bench-bf16)
     timeout "$limit" $py -m bench.run --target cuda --size full --repeat 20 --min-time 0.5 \
       --against eager,inductor --cuda-graphs on --no-warm-start --dtype bfloat16 \
-      --out "$out" 2>&1 | tee -a "$log" ;;
+      ${only[@]+"${only[@]}"} --out "$out" 2>&1 | tee -a "$log" ;;
   reductions)
     timeout "$limit" $py -m bench.reductions --target cuda --out "$out" 2>&1 | tee -a "$log" ;;
   *)

@@ -153,3 +153,25 @@ def test_the_picture_counts_with_the_profiler_when_there_is_a_count(tmp_path):
         plt.Axes.set_title = real
     assert (tmp_path / "p.png").exists() and (tmp_path / "q.png").exists()
     assert "torch.profiler" in titles[0] and "torch.profiler" not in titles[1]
+
+
+def test_results_are_written_after_every_workload(tmp_path, monkeypatch):
+    """A run stopped part-way (a time limit on the GPU machine) keeps the rows it has."""
+    real = R.bench_workload
+
+    def second_dies(name, *a, **kw):
+        if name == "adam":
+            raise KeyboardInterrupt
+        return real(name, *a, **kw)
+    monkeypatch.setattr(R, "bench_workload", second_dies)
+    with pytest.raises(KeyboardInterrupt):
+        R.run(["softmax_chain", "adam"], "small", "cpu", ("eager",), out_dir=str(tmp_path),
+              warm_start=False, **FAST)
+    [path] = tmp_path.glob("bench_cpu_small_*.json")
+    data = json.loads(path.read_text())
+    assert [r["workload"] for r in data["rows"]] == ["softmax_chain"]
+    assert data["meta"]["complete"] is False
+    monkeypatch.setattr(R, "bench_workload", real)
+    done = R.run(["softmax_chain"], "small", "cpu", ("eager",), out_dir=str(tmp_path),
+                 warm_start=False, **FAST)
+    assert json.loads(Path(done["json_path"]).read_text())["meta"]["complete"] is True
