@@ -117,10 +117,7 @@ class CompiledGraph:
             else list(call_args)
         entry = self._only
         if entry is not None and len(args) == self._static:
-            if entry is _FALLBACK:
-                out = self.gm(*args)
-                return list(out) if isinstance(out, (tuple, list)) else [out]
-            return entry.run(args)
+            return self._unfused(args) if entry is _FALLBACK else entry.run(args)
         if self._tensor_only is None:   # placeholders keep their kind from call to call
             self._tensor_only = all(isinstance(a, torch.Tensor) for a in args)
         key = None
@@ -142,11 +139,15 @@ class CompiledGraph:
             if self._static and key[0] == "tensors" and len(args) == self._static:
                 self._only = entry
         if entry is _FALLBACK:
-            out = self.gm(*args)
-            return list(out) if isinstance(out, (tuple, list)) else [out]
+            return self._unfused(args)
         if key[0] == "tensors":
             return entry.run(args)
         return entry.run([a for a in args if isinstance(a, torch.Tensor)])
+
+    def _unfused(self, args: list) -> list:
+        """The graph run through torch (a specialisation that fell back)."""
+        out = self.gm(*args)
+        return list(out) if isinstance(out, (tuple, list)) else [out]
 
     def _specialise(self, args: list) -> Any:
         try:
