@@ -17,7 +17,7 @@ import torch
 
 from ..ir.graph import GETITEM, Ref, TensorLiteral, TensorType, dtype_name
 from ..ir.ops import resolve_overload
-from ..schedule.propagate import FUSIBLE_DOTS, SIMPLE_REDUCTIONS, _reduced_dims
+from ..schedule.propagate import FUSIBLE_DOTS, SIMPLE_REDUCTIONS, reduced_dims
 from . import expr as E
 from .lower import Lowerer, Unsupported, canonical_index, compute_dtype, unravel_shape
 
@@ -476,7 +476,7 @@ def reduction_layout(L: Lowerer, names):
     for n in names:
         node = L.graph[n]
         if node.op in SIMPLE_REDUCTIONS:
-            shape, dims = _reduced_dims(L.graph, node)
+            shape, dims = reduced_dims(L.graph, node)
             return tuple(shape), tuple(dims)
     return None
 
@@ -490,7 +490,7 @@ def reduction_loop_bodies(L: Lowerer, name: str, p: int, idx=None):
     kind = _KIND.get(node.op)
     if kind is None:
         raise Unsupported(f"%{name}: no code generation rule for the reduction {node.op}")
-    shape, dims = _reduced_dims(L.graph, node)
+    shape, dims = reduced_dims(L.graph, node)
     if idx is None:
         idx = canonical_index(L, shape, dims)
     src = node.args[0].name
