@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from operator import itemgetter
 from typing import Any
 
 import torch
 
 from ..fusion.plan import KERNEL, LIBRARY, FusionPlan
-from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Ref, TensorLiteral
+from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Ref, TensorLiteral, TupleType
 from ..ir.ops import resolve_overload
 from . import counters as _stats
 from . import recycle as _recycle
+
+log = logging.getLogger("fusionstitch.runtime")
+_warned_dtypes: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,13 @@ class Program:
                 ops.append((slot_of[name], fn, args, kwargs, dead_after.get(name, ())))
             steps.append((g.kind, ops))
         self.steps = steps
+        # what the graph says each op run through torch returns: checked on the first
+        # call (`_conform`), since generated kernels read those values as typed
+        self._declared = {slot_of[name]: graph[name].type for kind, ops in steps
+                          if kind != "generated" for name in
+                          (graph.nodes[slot].name for slot, *_ in ops)
+                          if graph[name].op != GETITEM}
+        self._conformed = False
         self.outputs = [_Slot(slot_of[o.name]) if isinstance(o, Ref) else o
                         for o in graph.outputs]
         # every output a value (the usual case): picked in C, not by _fill per output
@@ -148,6 +159,7 @@ class Program:
             values[slot] = t
         kernels = library = 0
         pool = self._pool if self.recycled else None
+        check = not self._conformed
         for kind, ops in self.steps:
             if kind == "generated":
                 step, dead = ops
@@ -156,15 +168,18 @@ class Program:
                     self._drop(values, dead, pool)
                 kernels += 1
                 continue
-            for slot, fn, args, kwargs, dead in ops:
+            for k, (slot, fn, args, kwargs, dead) in enumerate(ops):
                 values[slot] = fn(*_fill(args, values), **{k: _fill(v, values)
                                                          for k, v in kwargs.items()})
+                if check and slot in self._declared:
+                    values[slot] = self._conform(ops, k, values[slot])
                 if dead:
                     self._drop(values, dead, pool)
             if kind == KERNEL:
                 kernels += 1
             elif kind == LIBRARY:
                 library += 1
+        self._conformed = True
         _stats.bump("kernels_launched", kernels)
         _stats.bump("library_calls", library)
         if self.num_fallback_calls:
@@ -172,6 +187,42 @@ class Program:
         if self._pick_outputs is not None:
             return list(self._pick_outputs(values))
         return [_fill(o, values) for o in self.outputs]
+
+    def _conform(self, ops: list, k: int, value: Any) -> Any:
+        """`value`, returned by op `ops[k]` run through torch on the first call, checked
+        against the type the graph declares for it. The types come from torch's meta
+        kernels, which can disagree with the real ones (fp16 batch-norm running statistics:
+        meta says fp32); a generated kernel would read such a value with the wrong dtype. A
+        dtype that differs is converted to the declared one, now and on every later call
+        (one warning); a shape that differs raises."""
+        slot, fn, args, kwargs, dead = ops[k]
+        declared = self._declared[slot]
+        types = declared.elements if isinstance(declared, TupleType) else (declared,)
+        values = tuple(value) if isinstance(declared, TupleType) else (value,)
+        op = self.plan.graph.nodes[slot].op
+        if len(values) != len(types):
+            raise RuntimeError(f"fusionstitch: {op} returned {len(values)} values where the "
+                               f"graph declares {declared}")
+        convert = []
+        for i, (v, t) in enumerate(zip(values, types)):
+            if t is None or not isinstance(v, torch.Tensor):
+                continue
+            if tuple(v.shape) != t.shape:
+                raise RuntimeError(f"fusionstitch: {op} returned shape {tuple(v.shape)} (value "
+                                   f"{i}) where the graph declares {declared}")
+            if v.dtype != t.torch_dtype:
+                convert.append((i, t.torch_dtype))
+        if not convert:
+            return value
+        if op not in _warned_dtypes:    # once per op: every specialisation meets it
+            _warned_dtypes.add(op)
+            log.warning("%s returns %s where torch's meta kernel (the graph's types) says %s; "
+                        "converted to the declared dtypes", op,
+                        ", ".join(f"value {i}: {values[i].dtype}" for i, _ in convert),
+                        declared)
+        fix = partial(_convert, convert=tuple(convert), is_tuple=isinstance(declared, TupleType))
+        ops[k] = (slot, lambda *a, **kw: fix(fn(*a, **kw)), args, kwargs, dead)
+        return fix(value)
 
     def _drop(self, values: list, dead, pool: dict | None) -> None:
         """Free the values of `dead` slots; the memory of recyclable ones goes to `pool`."""
@@ -184,12 +235,22 @@ class Program:
                 values[d] = None
 
 
+def _convert(value: Any, convert: tuple, is_tuple: bool) -> Any:
+    """`value` (a tensor, or a tuple of values when `is_tuple`) with element i cast to dtype
+    d for each (i, d) in `convert`."""
+    if not is_tuple:
+        return value.to(convert[0][1])
+    out = list(value)
+    for i, dtype in convert:
+        out[i] = out[i].to(dtype)
+    return tuple(out)
+
+
 def _getitem(seq, index):
     return seq[index]
 
 
 _warned_compiler: list = []
-log = logging.getLogger("fusionstitch.runtime")
 
 
 def compile_kernels(plan: FusionPlan, target: str, slot_of: dict[str, int],
