@@ -99,6 +99,17 @@ _COMBINE = {"sum": "tl.standard._sum_combine", "max": "tl.standard._elementwise_
             "min": "tl.standard._elementwise_min"}
 
 
+# A cast to bf16 under Triton's interpreter: it truncates (numpy has no bf16; Triton 3.6
+# converts by cutting the fp32 bits, and other types by reinterpreting the integer
+# value), where torch and the GPU round to nearest even. Rounded here on the fp32 bits
+# (f64 and i64 sources round to fp32 first: a double rounding, off only for values within
+# 2^-29 relative of a bf16 tie); NaN becomes torch's 0x7FC0.
+_BF16_RNE_INTERPRET = (
+    "tl.where({0} != {0}, 0x7FC0, ({0}.to(tl.uint32, bitcast=True) + 0x7FFF + "
+    "(({0}.to(tl.uint32, bitcast=True) >> 16) & 1)) >> 16)"
+    ".to(tl.uint16).to(tl.bfloat16, bitcast=True)")
+
+
 class _Printer:
     def __init__(self, kernel: Kernel, interpret: bool):
         self.k = kernel
@@ -120,6 +131,8 @@ class _Printer:
         if s.op == "cast":
             if dt == "b8":
                 return f"{a[0]} != 0"
+            if dt == "bf16" and self.interpret:
+                return _BF16_RNE_INTERPRET.format(f"{a[0]}.to(tl.float32)")
             return f"{a[0]}.to({TL_DTYPE[dt]})"
         if s.op == "sign":
             return (f"tl.where({a[0]} != {a[0]}, {a[0]}, ({a[0]} > 0).to({TL_DTYPE[dt]}) - "
