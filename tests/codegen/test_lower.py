@@ -59,6 +59,43 @@ def test_reductions_over_0d_and_one_element_inputs(shape, target):
     assert fusionstitch.stats()["fallbacks"] == 0
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_dim_ops_on_0d_tensors(target):
+    """aten takes dim 0 / -1 of a 0-d tensor as its one element: index_select, gather,
+    transpose and the backward of index_reduce and scatter (which gather from a 0-d
+    gradient) crashed lowering with an IndexError."""
+    def fn(x, y, i):
+        return (torch.index_select(x, 0, i.view(1)) * 2, torch.gather(x, -1, i) + 1,
+                x.transpose(0, -1).exp(), torch.index_select(y, 0, i.view(1)).sin(),
+                torch.scatter(x, 0, i, y).cos())
+    x = torch.randn((), requires_grad=True)
+    y = torch.randn((), requires_grad=True)
+    i = torch.zeros((), dtype=torch.int64)
+    got = compiled(fn, target)(x, y, i)
+    want = fn(x, y, i)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        torch.testing.assert_close(g, w)
+    grads = torch.autograd.grad(sum(g.sum() for g in got), (x, y))
+    wgrads = torch.autograd.grad(sum(w.sum() for w in want), (x, y))
+    for g, w in zip(grads, wgrads):
+        torch.testing.assert_close(g, w)
+
+
+@pytest.mark.filterwarnings("ignore:index_reduce\\(\\) is in beta")
+@pytest.mark.parametrize("target", TARGETS)
+def test_index_reduce_backward_of_0d_input(target):
+    def fn(x, s, i):
+        return torch.index_reduce(x, 0, i, s, "amax", include_self=True)
+    x = torch.randn((), requires_grad=True)
+    s = torch.randn((), requires_grad=True)
+    i = torch.zeros(1, dtype=torch.int64)
+    got = compiled(fn, target)(x, s, i)
+    want = fn(x, s, i)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got, (x, s)), torch.autograd.grad(want, (x, s)))
+
+
 def test_complex_values_are_not_lowered():
     g = parse("""graph c(%x: c64[4], %y: f32[4]) {
   %m: c64[4] = mul.Scalar(%x, complex(0.0, 1.0))
