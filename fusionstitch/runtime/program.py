@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..fusion.plan import KERNEL, LIBRARY, FusionPlan
-from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Ref, TensorLiteral, TupleType
+from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Ref, TensorLiteral
 from ..ir.ops import resolve_overload
 from . import counters as _stats
 from . import recycle as _recycle
@@ -114,12 +114,18 @@ class Program:
                 ops.append((slot_of[name], fn, args, kwargs, dead_after.get(name, ())))
             steps.append((g.kind, ops))
         self.steps = steps
-        # what the graph says each op run through torch returns: checked on the first
-        # call (`_conform`), since generated kernels read those values as typed
-        self._declared = {slot_of[name]: graph[name].type for kind, ops in steps
-                          if kind != "generated" for name in
-                          (graph.nodes[slot].name for slot, *_ in ops)
-                          if graph[name].op != GETITEM}
+        # the values generated kernels read from ops run through torch, by slot: the
+        # elements read (None: the value itself), checked on the first call (`_conform`)
+        self._declared: dict[int, set] = {}
+        for step in kernels.values():
+            for slot, element in step.inputs:
+                node = graph.nodes[slot]
+                if element is None and node.op == GETITEM:    # a tuple element, got by torch
+                    slot, element = slot_of[node.args[0].name], node.args[1]
+                if graph.nodes[slot].op not in (PARAMETER, CONSTANT):
+                    self._declared.setdefault(slot, set()).add(element)
+        torch_run = {slot for kind, ops in steps if kind != "generated" for slot, *_ in ops}
+        self._declared = {s: e for s, e in self._declared.items() if s in torch_run}
         self._conformed = False
         self.outputs = [_Slot(slot_of[o.name]) if isinstance(o, Ref) else o
                         for o in graph.outputs]
@@ -190,26 +196,26 @@ class Program:
 
     def _conform(self, ops: list, k: int, value: Any) -> Any:
         """`value`, returned by op `ops[k]` run through torch on the first call, checked
-        against the type the graph declares for it. The types come from torch's meta
-        kernels, which can disagree with the real ones (fp16 batch-norm running statistics:
-        meta says fp32); a generated kernel would read such a value with the wrong dtype. A
-        dtype that differs is converted to the declared one, now and on every later call
-        (one warning); a shape that differs raises."""
+        where generated kernels read it against the type the graph declares. The types come
+        from torch's meta kernels, which can disagree with the real ones (fp16 batch-norm
+        running statistics: fp32 in meta, fp16 for real), and a kernel reads its inputs as
+        declared. A dtype that differs is converted to the declared one, now and on every
+        later call (one warning per op); a shape that differs raises. Values only torch
+        reads are left as they are (embedding_bag's unused offset2bag: shape (0,) for
+        real)."""
         slot, fn, args, kwargs, dead = ops[k]
-        declared = self._declared[slot]
-        types = declared.elements if isinstance(declared, TupleType) else (declared,)
-        values = tuple(value) if isinstance(declared, TupleType) else (value,)
+        declared = self.plan.graph.nodes[slot].type
         op = self.plan.graph.nodes[slot].op
-        if len(values) != len(types):
-            raise RuntimeError(f"fusionstitch: {op} returned {len(values)} values where the "
-                               f"graph declares {declared}")
         convert = []
-        for i, (v, t) in enumerate(zip(values, types)):
+        for i in sorted(self._declared[slot], key=lambda e: -1 if e is None else e):
+            t = declared if i is None else declared.elements[i]
+            v = value if i is None else value[i]
             if t is None or not isinstance(v, torch.Tensor):
                 continue
             if tuple(v.shape) != t.shape:
-                raise RuntimeError(f"fusionstitch: {op} returned shape {tuple(v.shape)} (value "
-                                   f"{i}) where the graph declares {declared}")
+                raise RuntimeError(f"fusionstitch: {op} returned shape {tuple(v.shape)}"
+                                   f"{'' if i is None else f' (value {i})'} where the graph "
+                                   f"declares {t}, and a generated kernel reads it")
             if v.dtype != t.torch_dtype:
                 convert.append((i, t.torch_dtype))
         if not convert:
@@ -218,9 +224,10 @@ class Program:
             _warned_dtypes.add(op)
             log.warning("%s returns %s where torch's meta kernel (the graph's types) says %s; "
                         "converted to the declared dtypes", op,
-                        ", ".join(f"value {i}: {values[i].dtype}" for i, _ in convert),
-                        declared)
-        fix = partial(_convert, convert=tuple(convert), is_tuple=isinstance(declared, TupleType))
+                        ", ".join(f"{value.dtype if i is None else value[i].dtype}"
+                                  f"{'' if i is None else f' (value {i})'}"
+                                  for i, _ in convert), declared)
+        fix = partial(_convert, convert=tuple(convert))
         ops[k] = (slot, lambda *a, **kw: fix(fn(*a, **kw)), args, kwargs, dead)
         return fix(value)
 
@@ -235,10 +242,10 @@ class Program:
                 values[d] = None
 
 
-def _convert(value: Any, convert: tuple, is_tuple: bool) -> Any:
-    """`value` (a tensor, or a tuple of values when `is_tuple`) with element i cast to dtype
-    d for each (i, d) in `convert`."""
-    if not is_tuple:
+def _convert(value: Any, convert: tuple) -> Any:
+    """`value` with element i (the value itself when i is None) cast to dtype d for each
+    (i, d) in `convert`."""
+    if convert[0][0] is None:
         return value.to(convert[0][1])
     out = list(value)
     for i, dtype in convert:
