@@ -347,7 +347,7 @@ def _main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ops", default="", help="regex on op ids")
-    p.add_argument("--range", default="", help="start:stop slice of op_db")
+    p.add_argument("--range", default="", help="start:stop[:step] slice of op_db")
     p.add_argument("--samples", default=os.environ.get("FUSIONSTITCH_OPINFO", "ci"))
     p.add_argument("--targets", default="cpu,interpret")
     p.add_argument("--out", default="-", help="jsonl file to append to")
@@ -357,8 +357,7 @@ def _main(argv=None) -> int:
     count = samples_per_case()
     ops = op_db
     if a.range:
-        lo, hi = (int(x) if x else None for x in a.range.split(":"))
-        ops = ops[lo:hi]
+        ops = ops[slice(*(int(x) if x else None for x in a.range.split(":")))]
     ops = [o for o in ops if re.search(a.ops, op_id(o))]
     out = open(a.out, "a") if a.out != "-" else None
 
