@@ -11,8 +11,9 @@
 One node a line, types spelled out (the parser re-derives nothing). Literal syntax:
 ints, floats as `repr` (`inf`, `-inf`, `nan`, `-nan` bare), `True`/`False`/`None`,
 JSON strings, tuples as `[a, b]`, `torch.float32` / `torch.strided` /
-`torch.channels_last`, `device("cuda:0")`, complex numbers `complex(0.0, 1.0)`, refs `%name`, and tensor literals
-`tensor(f32[2], [1.0, 2.0])` (numel <= 16) or `tensor(f32[64,64], b64"...")`.
+`torch.channels_last`, `device("cuda:0")`, complex numbers `complex(0.0, 1.0)`, refs
+`%name`, and tensor literals `tensor(f32[2], [1.0, 2.0])` (numel <= 16) or
+`tensor(f32[64,64], b64"...")`.
 Names that are not identifiers are printed as JSON strings (`%"a b"`) so that
 every graph round-trips.
 """

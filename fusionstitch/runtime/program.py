@@ -174,11 +174,11 @@ class Program:
                     self._drop(values, dead, pool)
                 kernels += 1
                 continue
-            for k, (slot, fn, args, kwargs, dead) in enumerate(ops):
+            for j, (slot, fn, args, kwargs, dead) in enumerate(ops):
                 values[slot] = fn(*_fill(args, values), **{k: _fill(v, values)
                                                          for k, v in kwargs.items()})
                 if check and slot in self._declared:
-                    values[slot] = self._conform(ops, k, values[slot])
+                    values[slot] = self._conform(ops, j, values[slot])
                 if dead:
                     self._drop(values, dead, pool)
             if kind == KERNEL:
