@@ -486,12 +486,12 @@ def test_softmax_two_loops_then_store():
     torch.testing.assert_close(out, t.softmax(-1), rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("n", [5, 512, 513, 100_003])
+@pytest.mark.parametrize("n", [5, 256, 257, 100_003])
 def test_float_sums_in_blocks_stay_accurate(n):
     """Row sums of n positive floats (blocks of SUM_BLOCK in float, then double): as
     close to the exact sum as torch's own, for short rows, a block edge and long rows."""
     from fusionstitch.codegen.cpu_reduce import SUM_BLOCK
-    assert SUM_BLOCK == 512
+    assert SUM_BLOCK == 256
     a = torch.rand(3, n, generator=torch.Generator().manual_seed(n)) + 0.5
     kb = KB()
     m, r = kb.sym("m", a.shape[0]), kb.sym("n", a.shape[1])
