@@ -93,6 +93,11 @@ def test_var_mean_of_constant_rows_is_exact(target, layout, correction):
                          target)(x)
     assert torch.equal(var, torch.zeros_like(var)), var
     assert torch.equal(mean, want), mean - want
+    if layout == "rows":          # var and std alone (var.correction)
+        torch._dynamo.reset()
+        var, std = compiled(lambda t: (torch.var(t, dims, correction=correction),
+                                       torch.std(t, dims, correction=correction)), target)(x)
+        assert not var.any() and not std.any()
 
 
 @pytest.mark.parametrize("target", TARGETS)
