@@ -528,8 +528,10 @@ def test_reduce_over_two_dims_dense_and_strided():
 
 @pytest.mark.parametrize("w", [20, 1000, 17])
 def test_batch_norm_like_reduction_splits_r_in_rows(w):
-    """mean over N, H, W of (N, C, H, W): r = (n, h, w) runs as rows of W with no division
-    in the inner loop; the last row of r may be partial (rnumel not a multiple of W)."""
+    """mean over N, H, W of (N, C, H, W): r = (n, h, w) runs as rows with no division in
+    the inner loop: rows of H * W, one contiguous stretch, in the dense version (H and W
+    merged, cpu_index.specialize), rows of W in the general one; the last row of r may be
+    partial (rnumel not a multiple of the row)."""
     a = torch.randn(3, 5, 4, w)
     kb = KB()
     dn, dc, dh, dw = (kb.sym(f"d{i}", v) for i, v in enumerate(a.shape))
@@ -542,7 +544,10 @@ def test_batch_norm_like_reduction_splits_r_in_rows(w):
         Reduce("s", "sum", "v", "f32")]], [Store(out, X, "s", None)]))
     src = cpu.cpp_source(k)
     assert "const int64_t r = ro * rinner + ri;" in src
-    assert "+ ri]" in src                                   # the dense inner index
+    dense, general = src.split("} else {", 1)
+    assert "rinner = d2 * d3 > 0" in dense and "(ro * in0_stride0) + ri]" in dense
+    assert "in0_stride2 == d3" in dense                     # checked at launch
+    assert "rinner = d3 > 0" in general
     run = compile_one(k)
     for t in (a, a.transpose(2, 3).contiguous().transpose(2, 3)):
         got = launch(run, kb, [t], [torch.empty(5)], [*t.shape, 3 * 4 * w, *t.stride()])[0]
