@@ -539,7 +539,7 @@ def _variance_passes(L: Lowerer, name: str, node, p: int, v: str, idx, dims, cou
 
     An infinite pivot would turn a finite element's d into -inf and an infinite mean into
     NaN (inf + -inf), so a pivot of +-inf is replaced by 0 (the plain sum: the mean is
-    +-inf or NaN then anyway, as eager's). A pivot of NaN makes the mean NaN, as the row's
+    then +-inf or NaN, as torch.mean's). A pivot of NaN makes the mean NaN, as the row's
     NaN does. d overflows only when |x - pivot| exceeds the float range (elements of
     opposite signs beyond half of it)."""
     pivot_idx = tuple(E.ZERO if k in dims else e for k, e in enumerate(idx))

@@ -246,7 +246,10 @@ class _Printer:
 
     def looped(self, c: Component, tag: str, depth: int) -> None:
         """Each loop runs r over the row RBLOCK at a time, accumulating its reductions
-        lane-wise in [XBLOCK, RBLOCK] accumulators reduced after the loop."""
+        lane-wise in [XBLOCK, RBLOCK] accumulators reduced after the loop. A float sum's
+        lane adds ceil(rnumel / RBLOCK) terms in order (a split launch's: its chunk's),
+        then the lanes add as a tree: the error grows with rnumel / RBLOCK, not with
+        rnumel, as in Inductor's looped reductions (tests/codegen/test_reduction_numerics.py)."""
         xb, rb = f"XBLOCK{tag}", f"RBLOCK{tag}"
         for j, loop in enumerate(c.loops):
             reduces = [s for s in loop.body if isinstance(s, Reduce)]
