@@ -32,11 +32,16 @@ was set before triton was imported, so the source uses tl builtins only there,
 with exact formulas for tanh, log1p, expm1, rounding (`_MATH_INTERPRET`).
 
 Sources live in the disk cache (`runtime/cache.py`, folder "triton"), named by
-the digest of their text; Triton keeps its own binary cache beside.
+the digest of their text, written atomically; a file is imported only when it holds
+exactly the source generated now (a damaged or swapped one is written again). Triton
+keeps its compiled binaries (target `cuda`) in its own cache (TRITON_CACHE_DIR,
+default ~/.triton/cache), which Triton writes atomically but does not checksum; the
+interpreter compiles nothing.
 """
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 from typing import Callable
 
@@ -44,7 +49,7 @@ import torch
 
 from ..ir.graph import DTYPES
 from ..runtime import counters as _stats
-from ..runtime.cache import cache_dir, digest
+from ..runtime.cache import cache_dir, digest, write_atomic
 from . import expr as E
 from .kernel import (COMPARISONS, Component, Constant, Dot, Index, Kernel, Load, Op, Reduce,
                      Store, _value, identity)
@@ -429,6 +434,7 @@ def triton_source(kernel: Kernel, interpret: bool = False) -> tuple[str, str]:
 
 
 _LOADED: dict[str, Callable] = {}
+log = logging.getLogger("fusionstitch.codegen")
 
 
 def _load(name: str, source: str, interpret: bool):
@@ -436,11 +442,19 @@ def _load(name: str, source: str, interpret: bool):
     if fn is not None:
         _stats.bump("cache_hits")
         return fn
+    # the file is the module Triton runs (and reads back for the kernel's source): it
+    # must hold exactly `source`; a missing, truncated, altered or swapped file (another
+    # kernel's) is written again, atomically, before it is imported
     path = cache_dir("triton") / f"{name}.py"
-    if not path.exists():
-        tmp = path.with_suffix(f".{id(source)}.tmp")
-        tmp.write_text(source)
-        tmp.replace(path)
+    try:
+        held = path.read_bytes()
+    except OSError:
+        held = None
+    if held != source.encode():
+        if held is not None:
+            log.warning("fusionstitch: the cached Triton kernel %s does not hold its source "
+                        "(truncated, altered or another kernel's); writing it again", path)
+        write_atomic(path, source.encode())
         _stats.bump("kernels_compiled")
     else:
         _stats.bump("cache_hits")
