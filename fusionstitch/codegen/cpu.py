@@ -100,16 +100,18 @@ gives each its own library. The library is cached under `cache_dir("cpu")` as
 `<digest>.so` (and the source next to it as `<digest>.cpp`), the digest covering
 the source, the flags, the compiler's version line and that -march value; it is
 written to a temporary file and renamed into place, so parallel processes share
-the cache. A missing or failing compiler raises `CompilerUnavailable` with the
-compiler's message (the caller falls back to torch); so does an IR the printer
-does not know. Counters: `kernels_compiled` (kernels in libraries actually
-compiled) and `cache_hits` (kernels found in the in-process table or on disk).
+the cache, and sealed with a checksum that is checked before it is loaded
+(`cpu_build.py`). A failure raises a `KernelBuildError` naming its cause:
+`CompilerUnavailable` (no working compiler), `CompileFailed` (the compiler rejected
+the source) or `CannotPrint` (an IR the printer does not know); the caller runs the
+kernel groups through torch and counts them as fallbacks. Counters: `kernels_compiled`
+(kernels in libraries actually compiled) and `cache_hits` (kernels found in the
+in-process table or on disk).
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
-from array import array
 import re
 from collections.abc import Callable
 
@@ -118,7 +120,9 @@ import torch
 from ..runtime.cache import digest
 from . import cpu_vecmath
 from . import expr as E
-from .cpu_build import FLAGS, CompilerUnavailable, clear_memory_cache, load_library  # noqa: F401
+from .cpu_build import (ERROR_ARG, FLAGS, CannotPrint, CompileFailed,  # noqa: F401
+                        CompilerUnavailable, KernelBuildError, clear_memory_cache,
+                        load_library, runner)
 from .cpu_index import (digit_sizes, expected_values, lowering_value, rename_expr,
                         specialize, split_rows)
 from .cpu_preamble import PREAMBLE
@@ -331,7 +335,7 @@ class _Printer(ReduceLoops):
         try:
             return env[name]
         except KeyError:
-            raise CompilerUnavailable(
+            raise CannotPrint(
                 f"cpu backend: kernel {self.k.name}: variable {name!r} used before it is "
                 f"defined") from None
 
@@ -371,7 +375,7 @@ class _Printer(ReduceLoops):
         for b in k.buffers:
             const = "" if b.is_output else "const "
             if b.dtype not in STORAGE:
-                raise CompilerUnavailable(f"cpu backend: unsupported dtype {b.dtype!r}")
+                raise CannotPrint(f"cpu backend: unsupported dtype {b.dtype!r}")
             restrict = "" if b.name in k.may_alias else "__restrict__ "
             params.append(f"{const}{STORAGE[b.dtype]}* {restrict}{self.buf(b.name)}")
         params += [f"int64_t {self.sym(s.name)}" for s in k.syms]
@@ -401,7 +405,7 @@ class _Printer(ReduceLoops):
             self.emit(1, f"// component {i}: reduce, x < {xn}, r < {rn}, "
                          f"{len(c.loops)} loop(s) over r")
         else:
-            raise CompilerUnavailable(f"cpu backend: unknown component kind {c.kind!r}")
+            raise CannotPrint(f"cpu backend: unknown component kind {c.kind!r}")
         self.emit(1, "{")
         self.emit(2, f"const int64_t xnumel = {xn};")
         if c.kind == "reduce":
@@ -537,7 +541,7 @@ class _Printer(ReduceLoops):
         if isinstance(s, Load):
             b = self.buffers.get(s.buffer)
             if b is None:
-                raise CompilerUnavailable(f"cpu backend: unknown buffer {s.buffer!r}")
+                raise CannotPrint(f"cpu backend: unknown buffer {s.buffer!r}")
             ref = f"{self.buf(b.name)}[{self.index(s.index, env, access=True)}]"
             if b.dtype in HALVES:
                 ref = f"fs::{b.dtype}_to_f32({ref})"
@@ -565,7 +569,7 @@ class _Printer(ReduceLoops):
         elif isinstance(s, Store):
             b = self.buffers.get(s.buffer)
             if b is None:
-                raise CompilerUnavailable(f"cpu backend: unknown buffer {s.buffer!r}")
+                raise CannotPrint(f"cpu backend: unknown buffer {s.buffer!r}")
             v = self.var(s.value) if s.value not in ("xmask", "rmask") else "true"
             self.dtype_of(env, s.value)
             if b.dtype in HALVES:
@@ -576,7 +580,7 @@ class _Printer(ReduceLoops):
             self.emit(depth, text)
         elif isinstance(s, Reduce):
             if accs is None or s.var not in accs:
-                raise CompilerUnavailable("cpu backend: Reduce outside a loop over r")
+                raise CannotPrint("cpu backend: Reduce outside a loop over r")
             acc, nan = accs[s.var]
             v = self.arg(s.value, env)[0]
             dt = s.dtype
@@ -594,7 +598,7 @@ class _Printer(ReduceLoops):
                 if nan:
                     self.emit(depth, f"{nan} |= {v} != {v};")
         else:
-            raise CompilerUnavailable(f"cpu backend: unknown statement {s!r}")
+            raise CannotPrint(f"cpu backend: unknown statement {s!r}")
 
     def mask(self, name: str, env) -> str:
         if name in ("xmask", "rmask"):
@@ -609,9 +613,9 @@ class _Printer(ReduceLoops):
         n = len(s.args)
         want = 1 if s.op in UNARY else 2 if s.op in BINARY else 3 if s.op in TERNARY else None
         if want is None:
-            raise CompilerUnavailable(f"cpu backend: unknown op {s.op!r}")
+            raise CannotPrint(f"cpu backend: unknown op {s.op!r}")
         if n != want:
-            raise CompilerUnavailable(f"cpu backend: {s.op} takes {want} argument(s), got {n}")
+            raise CannotPrint(f"cpu backend: {s.op} takes {want} argument(s), got {n}")
         args = [self.arg(a, env) for a in s.args]
         dt = s.dtype
         if s.op == "cast":
@@ -725,11 +729,11 @@ class _Printer(ReduceLoops):
             return f"{a} {c} {b}" if b8 else f"({ct})({a} {c} {b})"
         if op in ("lshift", "rshift"):
             return f"fs::{op}<{ct}>({a}, {b})"
-        raise CompilerUnavailable(f"cpu backend: op {op!r} on {dt} is not supported")
+        raise CannotPrint(f"cpu backend: op {op!r} on {dt} is not supported")
 
     def need_float(self, op: str, dt: str) -> None:
         if dt not in FLOATS:
-            raise CompilerUnavailable(f"cpu backend: {op} computes in floats, not {dt}")
+            raise CannotPrint(f"cpu backend: {op} computes in floats, not {dt}")
 
 
 def _function_name(kernel: Kernel) -> str:

@@ -470,6 +470,11 @@ def canonical_index(L: Lowerer, shape, red_dims, xi=None) -> tuple[E.Expr, ...]:
     return tuple(idx)
 
 
+# dtypes every target's printer handles (the IR has complex ones too)
+GENERATED_DTYPES = frozenset({"f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8",
+                              "b8"})
+
+
 def lower_group(graph: Graph, names, kernel_name: str) -> Kernel:
     """The Kernel of one group; raises Unsupported with the reason."""
     names = list(names)
@@ -494,9 +499,13 @@ def lower_group(graph: Graph, names, kernel_name: str) -> Kernel:
         raise Unsupported(str(e)) from None
     if not L.outputs:
         raise Unsupported("the group produces no value")
+    buffers = tuple(L.inputs.values()) + tuple(L.outputs) + tuple(L.scratch)
+    other = sorted({b.dtype for b in buffers} - GENERATED_DTYPES)
+    if other:   # complex numbers: no target prints them (a printer would fail later)
+        raise Unsupported(f"values of dtype {', '.join(other)}: the code generators handle "
+                          f"{', '.join(sorted(GENERATED_DTYPES))}")
     syms = tuple(sorted(L.syms.values(), key=lambda s: (not s.name.startswith("ks"),
                                                        _natural(s.name))))
-    buffers = tuple(L.inputs.values()) + tuple(L.outputs) + tuple(L.scratch)
     return Kernel(kernel_name, buffers, syms, tuple(comps), L.index_dtype,
                   tuple(sorted(L.bindings.items())))
 

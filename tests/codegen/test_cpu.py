@@ -767,7 +767,10 @@ def test_broken_compiler_raises(tmp_path, monkeypatch):
 
 
 def test_bad_kernel_raises():
+    """A kernel the printer cannot print says so (not "no compiler": the cause is named)."""
     _kb, k = elementwise_kernel("bad", [torch.zeros(2)], [("f32", [Op("y0", "frobnicate", ("a0",),
                                                                       "f32")])])
-    with pytest.raises(cpu.CompilerUnavailable, match="frobnicate"):
+    with pytest.raises(cpu.CannotPrint, match="frobnicate") as info:
         cpu.compile_cpu([k])
+    assert not isinstance(info.value, cpu.CompilerUnavailable)
+    assert isinstance(info.value, cpu.KernelBuildError)
