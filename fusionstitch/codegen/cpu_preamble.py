@@ -68,20 +68,26 @@ template <class T> static inline T mul(T a, T b) { return (T)((uwide<T>)a * (uwi
 template <class T> static inline T neg(T a) { return (T)((uwide<T>)0 - (uwide<T>)a); }
 template <class T> static inline T abs_int(T a) { return a < 0 ? neg<T>(a) : a; }
 
-// integer division: by zero gives 0 (torch raises; a kernel must not trap)
-template <class T> static inline T floordiv_int(T a, T b) {
-    if (b == 0) return 0;
+// integer division as torch's: by zero it gives 0 and records the error in `*err` (the
+// kernel's `fs_error` argument; the runtime raises torch's RuntimeError("ZeroDivisionError")
+// after the launch): a kernel must not trap with SIGFPE. Relaxed atomic stores: several
+// OpenMP threads may record it at once, and only "some thread did" matters.
+static inline void zero_division(int64_t* err) { __atomic_store_n(err, 1, __ATOMIC_RELAXED); }
+template <class T> static inline T floordiv_int(T a, T b, int64_t* err) {
+    if (b == 0) { zero_division(err); return 0; }
     if (std::is_signed_v<T> && b == (T)-1) return neg<T>(a);
     const T q = a / b, r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? (T)(q - 1) : q;
 }
-template <class T> static inline T remainder_int(T a, T b) {
-    if (b == 0 || (std::is_signed_v<T> && b == (T)-1)) return 0;
+template <class T> static inline T remainder_int(T a, T b, int64_t* err) {
+    if (b == 0) { zero_division(err); return 0; }
+    if (std::is_signed_v<T> && b == (T)-1) return 0;
     const T r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;
 }
-template <class T> static inline T fmod_int(T a, T b) {
-    if (b == 0 || (std::is_signed_v<T> && b == (T)-1)) return 0;
+template <class T> static inline T fmod_int(T a, T b, int64_t* err) {
+    if (b == 0) { zero_division(err); return 0; }
+    if (std::is_signed_v<T> && b == (T)-1) return 0;
     return a % b;
 }
 template <class T> static inline T pow_int(T a, T b) {

@@ -135,22 +135,35 @@ class _Printer:
             return f"{fn}({a[0]}, {a[1]}{nan})"
         if s.op == "where":
             return f"tl.where({a[0]}, {a[1]}, {a[2]})"
+        if s.op in ("floordiv", "remainder", "fmod") and not is_float:
+            return self.int_division(s.op, a[0], a[1], TL_DTYPE[dt])
         if s.op == "floordiv":
-            if is_float:
-                return f"tl.floor({a[0]} / {a[1]})"
-            return (f"{a[0]} // {a[1]} - (({a[0]} % {a[1]} != 0) & "
-                    f"(({a[0]} < 0) != ({a[1]} < 0))).to({TL_DTYPE[dt]})")
+            return f"tl.floor({a[0]} / {a[1]})"
         if s.op == "remainder":
-            base = self.math("fmod", a) if is_float else f"{a[0]} % {a[1]}"
+            base = self.math("fmod", a)
             return (f"tl.where(({base} != 0) & (({base} < 0) != ({a[1]} < 0)), "
                     f"{base} + {a[1]}, {base})")
-        if s.op == "fmod" and not is_float:
-            return f"{a[0]} % {a[1]}"
         if s.op in _SIMPLE_UNARY:
             return _SIMPLE_UNARY[s.op].format(*a)
         if s.op in _BINARY:
             return _BINARY[s.op].format(*a)
         return self.math(s.op, a)
+
+    @staticmethod
+    def int_division(op: str, x: str, y: str, tl_dtype: str) -> str:
+        """Integer floordiv / remainder / fmod as torch's, and 0 for a zero divisor (what
+        eager CUDA's floor_divide gives; the cpu target raises as eager CPU does): the
+        divisor 0 becomes 1 before dividing, since a division by zero is undefined in the
+        GPU's code, then the result is multiplied by (divisor != 0)."""
+        d = f"({y} + ({y} == 0).to({tl_dtype}))"
+        if op == "floordiv":
+            q = (f"{x} // {d} - (({x} % {d} != 0) & "
+                 f"(({x} < 0) != ({d} < 0))).to({tl_dtype})")
+        else:
+            q = f"{x} % {d}"
+            if op == "remainder":
+                q = f"tl.where(({q} != 0) & (({q} < 0) != ({d} < 0)), {q} + {d}, {q})"
+        return f"({q}) * ({y} != 0).to({tl_dtype})"
 
     def math(self, op: str, a) -> str:
         table = _MATH_INTERPRET if self.interpret else _MATH_GPU
