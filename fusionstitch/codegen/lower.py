@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
+from ..config import elide_half_casts
 from ..ir.graph import CONSTANT, PARAMETER, Graph, TensorType, TupleType
 from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, _numel, components,
                                   component_space, escaping_values)
@@ -523,7 +524,8 @@ def lower_cached(graph: Graph, names) -> Kernel:
     """lower_group, remembered per (graph object, nodes): planning and the runtime share it.
 
     Failures are remembered too (re-raised with the same message)."""
-    key = (id(graph), tuple(names))
+    # the knob changes what a conversion to a half type lowers to (lowerings._converted)
+    key = (id(graph), tuple(names), elide_half_casts())
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is graph:
         if isinstance(hit[1], Unsupported):

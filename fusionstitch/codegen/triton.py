@@ -125,6 +125,20 @@ class _Printer:
         if s.op == "cast":
             if dt == "b8":
                 return f"{a[0]} != 0"
+            if dt == "bf16" and self.interpret:
+                # the interpreter's float -> bfloat16 drops the low bits and flushes
+                # subnormals (numpy has no bfloat16): round to nearest even on the float's
+                # bits, as c10 does (NaN becomes 0x7FC0), and take the top half as the bits
+                f = f"{a[0]}.to(tl.float32)"
+                b = f"{f}.to(tl.uint32, bitcast=True)"
+                r = f"(({b} + 0x7FFF + (({b} >> 16) & 1)) >> 16)"
+                return (f"tl.where({f} != {f}, 0x7FC0, {r}).to(tl.uint16)"
+                        ".to(tl.bfloat16, bitcast=True)")
+            if self.interpret and self.dtype.get(a[0]) == "bf16" and dt != "bf16":
+                # and its bfloat16 -> float flushes subnormals: the bits, shifted up
+                up = (f"({a[0]}.to(tl.uint16, bitcast=True).to(tl.uint32) << 16)"
+                      ".to(tl.float32, bitcast=True)")
+                return up if dt == "f32" else f"{up}.to({TL_DTYPE[dt]})"
             return f"{a[0]}.to({TL_DTYPE[dt]})"
         if s.op == "sign":
             return (f"tl.where({a[0]} != {a[0]}, {a[0]}, ({a[0]} > 0).to({TL_DTYPE[dt]}) - "
@@ -194,6 +208,7 @@ class _Printer:
                     and s.dtype != "b8":
                 text = f"({text}).to({TL_DTYPE[s.dtype]})"
             self.emit(f"{s.var} = {text}", depth)
+            self.dtype[s.var] = s.dtype
         elif isinstance(s, Store):
             mask = f", mask={s.mask}" if s.mask else ""
             self.emit(f"tl.store({s.buffer} + ({self.expr(s.index)}) + {zero}, {s.value}{mask})",
