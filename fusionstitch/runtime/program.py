@@ -11,7 +11,8 @@ call the plan meant is counted in `stats()["fallbacks"]`, once per group per cal
 and `fallback_reasons` names the cause of each (the frontend logs them per graph):
 - an op outside fusionstitch's IR (a library node run by torch);
 - an op code-generation legality left to torch because no rule lowers it (GEMMs on a
-  target without GEMM stages are library calls by design, not fallbacks);
+  target without GEMM stages are library calls by design, and random ops run through
+  torch to keep eager's RNG stream: neither is a fallback);
 - the kernel groups of a plan whose kernels could not be built (no C++ compiler, a
   source the compiler rejects, a kernel the printer cannot print): they run through
   torch and count as fallbacks, not as launches. Under FUSIONSTITCH_STRICT=1 the
@@ -221,8 +222,9 @@ def _getitem(seq, index):
 
 def _demoted(plan: FusionPlan, target: str):
     """(group, node) of each op code-generation legality left to torch because no rule
-    lowers it: a one-op library group of an op that is a kernel op alone (GEMMs excepted:
-    on targets without GEMM stages they are library calls by design)."""
+    lowers it: a one-op library group of an op that is a kernel op alone. Not those that
+    run through torch by design: GEMMs on targets without GEMM stages (library calls),
+    random ops (eager's RNG stream is kept by letting torch draw)."""
     from ..fusion import CODEGEN_TARGETS
     if target not in CODEGEN_TARGETS:
         return
@@ -231,7 +233,8 @@ def _demoted(plan: FusionPlan, target: str):
     for g in plan.groups:
         if g.kind == LIBRARY and len(g.nodes) == 1:
             node = graph[g.nodes[0]]
-            if node_kind(node) == KERNEL and node.op not in FUSIBLE_DOTS:
+            if node_kind(node) == KERNEL and node.op not in FUSIBLE_DOTS \
+                    and not lookup(node.op).random:
                 yield g, node
 
 

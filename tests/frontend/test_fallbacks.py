@@ -206,3 +206,17 @@ def test_internal_error(monkeypatch, caplog):
 def test_no_fallback_counts_nothing():
     s = _run(_two_kernel_graph, torch.randn(8, 32), target="interpret")
     assert s["fallbacks"] == 0 and s["kernels_launched"] >= 2
+
+
+def test_random_ops_are_not_fallbacks():
+    """torch draws the random numbers (eager's RNG stream): by design, like a GEMM."""
+    def fn(x):
+        return torch.nn.functional.dropout(x * 2, 0.5, training=True) + 1
+
+    x = torch.randn(64)
+    f = torch.compile(fn, backend=fusionstitch.backend(target="interpret"), dynamic=False)
+    torch.manual_seed(0)
+    got = f(x)
+    torch.manual_seed(0)
+    torch.testing.assert_close(got, fn(x))
+    assert fusionstitch.stats()["fallbacks"] == 0
