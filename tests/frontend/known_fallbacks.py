@@ -13,10 +13,11 @@ def _allowed(reason: str) -> bool:
     return any(f"({op})" in reason for op in ALLOWED)
 
 
-def check(stats: dict, report, what: str) -> None:
-    """`stats()` of one step against the plans `report` (explain's, or sink_report's)."""
+def check(stats: dict, report, what: str, steps: int = 1) -> None:
+    """`stats()` of `steps` steps against the plans `report` (explain's, or sink_report's)."""
     reasons = [r for g in report.graphs for r in g.fallbacks]
-    assert stats["fallbacks"] == report.num_fallbacks, (what, stats["fallbacks"], reasons)
+    assert stats["fallbacks"] == steps * report.num_fallbacks, (what, stats["fallbacks"],
+                                                                reasons)
     for r in reasons:
         assert _allowed(r), f"{what}: unexpected fallback: {r}"
 
