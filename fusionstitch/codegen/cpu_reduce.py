@@ -21,7 +21,7 @@ import contextlib
 import math
 
 from . import expr as E
-from .cpu_build import CompilerUnavailable
+from .cpu_build import CannotPrint
 from .cpu_index import specialize
 from .cpu_types import (FLOATS, HALVES, INT_LIMITS, INTS, REDUCE_INIT_FLOAT, WIDE_UNSIGNED,
                         ctype)
@@ -150,7 +150,7 @@ class ReduceLoops:
         accs, clauses, simd = {}, [], True
         for red in reduces:
             if red.kind not in _CLAUSE:
-                raise CompilerUnavailable(f"cpu backend: unknown reduction {red.kind!r}")
+                raise CannotPrint(f"cpu backend: unknown reduction {red.kind!r}")
             dt = red.dtype
             if red.var not in self.acc_names:    # the same names in both versions
                 self.acc_names[red.var] = (self.names.fresh(self.var(red.var) + "_acc"),

@@ -19,7 +19,9 @@ from ..ir.graph import GETITEM, Ref, TensorLiteral, TensorType, dtype_name
 from ..ir.ops import resolve_overload
 from ..schedule.propagate import FUSIBLE_DOTS, SIMPLE_REDUCTIONS, _reduced_dims
 from . import expr as E
-from .lower import Lowerer, Unsupported, canonical_index, compute_dtype, unravel_shape
+from ..config import elide_half_casts
+from .lower import (HALF, Lowerer, Unsupported, canonical_index, compute_dtype,
+                    unravel_shape)
 
 
 # -- argument binding --------------------------------------------------------------
@@ -133,6 +135,22 @@ _POW_SPECIAL = {
 }
 
 
+def _converted(L: Lowerer, src, value: str, dtype: str) -> str:
+    """`value` (of operand `src`, in `dtype`'s compute dtype) converted to `dtype`.
+
+    A value of a half type lives in float inside a kernel (lower.compute_dtype), and an
+    op computing one is not rounded until it is stored (we round once where eager rounds
+    per op). An explicit conversion to a half type from another dtype is different: it
+    is the point of the program (`x.half().float()` is x rounded to half, a softmax of
+    bf16 inputs rounds its result), so it rounds here as eager does, unless
+    FUSIONSTITCH_ELIDE_HALF_CASTS=1."""
+    t = _type(L, src)
+    src_dtype = t.dtype if isinstance(t, TensorType) else None
+    if dtype in HALF and src_dtype != dtype and not elide_half_casts():
+        return L.op("cast", (value,), dtype)
+    return value
+
+
 def _elementwise(L: Lowerer, node, idx) -> str | None:
     t = node.type
     out = compute_dtype(t.dtype)
@@ -219,11 +237,12 @@ def _elementwise(L: Lowerer, node, idx) -> str | None:
     if op == "silu.default":
         v = operand(L, a[0], idx, shape, out)
         return L.op("mul", (v, L.op("sigmoid", (v,), out)), out)
-    if op in ("_to_copy.default", "clone.default", "alias.default", "lift_fresh_copy.default",
+    if op in ("_to_copy.default", "copy.default"):
+        src = a[0] if op == "_to_copy.default" else a[1]
+        return _converted(L, src, operand(L, src, idx, shape, out), t.dtype)
+    if op in ("clone.default", "alias.default", "lift_fresh_copy.default",
               "detach.default", "_conj.default"):
         return operand(L, a[0], idx, shape, out)
-    if op == "copy.default":
-        return operand(L, a[1], idx, shape, out)
     if op in ("full_like.default", "full.default", "fill.Scalar", "scalar_tensor.default"):
         b = bind(node)
         v = b.get("fill_value", b.get("value", b.get("s")))
