@@ -17,9 +17,16 @@ pytest and sorts each failure into ours or torch's (the same error with
 from __future__ import annotations
 
 import os
+import sys
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
+
+if __name__ == "__main__":
+    # run as a script: this checkout's fusionstitch, not the one pip installed (an
+    # editable install of another checkout would be tested instead)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 import torch._dynamo
@@ -285,8 +292,7 @@ def compare(got: Result, want: Result, ref64: Result | None, values: bool = True
                     problems.append(f"{kind}[{i}]: compiled {'no' if a is None else 'a'} "
                                     f"gradient, eager {'no' if b is None else 'a'} gradient")
                 continue
-            why = mismatch(a, b, c, f"{kind}[{i}]", values and kind != "inputs" or
-                           values)
+            why = mismatch(a, b, c, f"{kind}[{i}]", values)
             if why:
                 problems.append(why)
     return problems
@@ -323,16 +329,27 @@ def describe(sample) -> str:
 # --- the sweep outside pytest ----------------------------------------------------------------
 
 
+def combos(op) -> list[tuple[str, str, str]]:
+    """(target, mode, dtype) of every case of `op`: each of its dtypes and modes on `cpu`,
+    float32 forward on `interpret`; ("cpu", "fwd", "none") when op_db gives it no dtype
+    to run on the CPU."""
+    out = [("cpu", mode, dtype) for mode in MODES for dtype in case_dtypes(op, mode)]
+    if "float32" in case_dtypes(op, "fwd"):
+        out.append(("interpret", "fwd", "float32"))
+    return out or [("cpu", "fwd", "none")]
+
+
+def case_id(op, target: str, mode: str, dtype: str) -> str:
+    return f"{op_id(op)}-{dtype}-{mode}-{target}"
+
+
 def cases(ops, count: int | None, targets=("cpu", "interpret")):
-    """(op, dtype, mode, target, count) for every case of the sweep: each dtype and mode on
-    `cpu`, fp32 forward on `interpret` for one sample."""
+    """(op, dtype, mode, target, samples) for every case of the sweep on `targets`: `count`
+    samples on `cpu` (None: all), one on `interpret`."""
     for op in ops:
-        if "cpu" in targets:
-            for mode in MODES:
-                for dtype in case_dtypes(op, mode):
-                    yield op, dtype, mode, "cpu", count
-        if "interpret" in targets and "float32" in case_dtypes(op, "fwd"):
-            yield op, "float32", "fwd", "interpret", 1
+        for target, mode, dtype in combos(op):
+            if target in targets and dtype != "none":
+                yield op, dtype, mode, target, 1 if target == "interpret" else count
 
 
 def _main(argv=None) -> int:
@@ -352,8 +369,13 @@ def _main(argv=None) -> int:
     p.add_argument("--targets", default="cpu,interpret")
     p.add_argument("--out", default="-", help="jsonl file to append to")
     p.add_argument("--timeout", type=int, default=300, help="seconds per sample")
+    p.add_argument("--no-strict", action="store_true",
+                   help="let internal errors fall back to torch (counted) instead of raising")
     a = p.parse_args(argv)
     os.environ["FUSIONSTITCH_OPINFO"] = a.samples
+    if not a.no_strict:   # as the tests: an internal error is an error of the case
+        os.environ["FUSIONSTITCH_STRICT"] = "1"
+    print(f"fusionstitch from {Path(fusionstitch.__file__).parent}", file=sys.stderr)
     count = samples_per_case()
     ops = op_db
     if a.range:
