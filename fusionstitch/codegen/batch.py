@@ -31,7 +31,7 @@ legalisation splits it): never a race.
 from __future__ import annotations
 
 from ..ir.graph import TensorType
-from ..schedule.propagate import FUSIBLE_DOTS, SIMPLE_REDUCTIONS, _reduced_dims, dot_dims
+from ..schedule.propagate import FUSIBLE_DOTS, SIMPLE_REDUCTIONS, dot_dims, reduced_dims
 from . import expr as E
 from .kernel import Buffer, Component, Dot, Load, Loop, Store
 from .lower import (_TWO_PASS, Lowerer, Unsupported, _Scope, _strip, _tensor_parts,
@@ -274,7 +274,7 @@ def _dot_stage(L: Lowerer, name: str, stored: set) -> Component:
 def _reduce_stage(L: Lowerer, name: str, stored: set) -> Component:
     from .lowerings import reduction_loop_bodies
     node = L.graph[name]
-    shape, dims = _reduced_dims(L.graph, node)
+    shape, dims = reduced_dims(L.graph, node)
     kept = [d for d in range(len(shape)) if d not in dims]
     kidx = entry_index(L, [shape[d] for d in kept], E.Var("x"))
     if kidx is None:

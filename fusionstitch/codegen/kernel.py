@@ -72,6 +72,9 @@ BINARY = frozenset("add sub mul truediv floordiv remainder fmod pow maximum mini
 TERNARY = frozenset({"where"})
 COMPARISONS = frozenset("eq ne lt le gt ge".split())
 REDUCTIONS = frozenset({"sum", "max", "min", "prod"})
+# The dtypes a Kernel's buffers and values may have: every target prints these, and only
+# these (no complex arithmetic); lowering leaves a group with any other to torch.
+DTYPES = frozenset({"f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "b8"})
 _INT_RANGE = {"i64": (-2**63, 2**63 - 1), "i32": (-2**31, 2**31 - 1), "i16": (-2**15, 2**15 - 1),
               "i8": (-2**7, 2**7 - 1), "u8": (0, 255)}
 

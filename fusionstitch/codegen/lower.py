@@ -29,7 +29,8 @@ from ..ir.graph import CONSTANT, PARAMETER, Graph, TensorType, TupleType
 from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, _numel, components,
                                   component_space, escaping_values)
 from . import expr as E
-from .kernel import Buffer, Component, Constant, Index, Kernel, Load, Loop, Op, Reduce, Store
+from .kernel import (DTYPES, Buffer, Component, Constant, Index, Kernel, Load, Loop, Op,
+                     Reduce, Store)
 
 INT32_LIMIT = 2**31 - 1
 HALF = frozenset({"f16", "bf16"})
@@ -479,6 +480,7 @@ GENERATED_DTYPES = frozenset({"f64", "f32", "f16", "bf16", "i64", "i32", "i16", 
 def lower_group(graph: Graph, names, kernel_name: str) -> Kernel:
     """The Kernel of one group; raises Unsupported with the reason."""
     names = list(names)
+    _check_dtypes(graph, names)
     L = Lowerer(graph, names, kernel_name)
     comps = []
     try:
@@ -509,6 +511,20 @@ def lower_group(graph: Graph, names, kernel_name: str) -> Kernel:
                                                        _natural(s.name))))
     return Kernel(kernel_name, buffers, syms, tuple(comps), L.index_dtype,
                   tuple(sorted(L.bindings.items())))
+
+
+def _check_dtypes(graph: Graph, names) -> None:
+    """Unsupported when a node of the group, or a value it reads, has a dtype the kernel IR
+    does not have (complex): no target could print the kernel."""
+    for n in names:
+        node = graph[n]
+        for v in (n, *node.inputs):
+            t = graph[v].type
+            for e in (t.elements if isinstance(t, TupleType) else (t,)):
+                if e is not None and e.dtype not in DTYPES:
+                    what = "" if v == n else f" reads %{v}, which"
+                    raise Unsupported(f"%{n} ({node.op}){what} has dtype {e.dtype}: kernels "
+                                      "have no code for it")
 
 
 def _natural(name: str):

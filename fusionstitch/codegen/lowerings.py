@@ -17,7 +17,7 @@ import torch
 
 from ..ir.graph import GETITEM, Ref, TensorLiteral, TensorType, dtype_name
 from ..ir.ops import resolve_overload
-from ..schedule.propagate import FUSIBLE_DOTS, SIMPLE_REDUCTIONS, _reduced_dims
+from ..schedule.propagate import FUSIBLE_DOTS, SIMPLE_REDUCTIONS, reduced_dims
 from . import expr as E
 from ..config import elide_half_casts
 from .lower import (HALF, Lowerer, Unsupported, canonical_index, compute_dtype,
@@ -299,8 +299,10 @@ def _strip_pair(index, sizes):
     return tuple(index[k] for k in keep), tuple(sizes[k] for k in keep)
 
 
-def _norm(d: int, rank: int) -> int:
-    return d % rank if rank else 0
+def _norm(d: int, rank: int) -> int | None:
+    """Dim `d` of a tensor of rank `rank`, non-negative; None for a 0-d tensor, which aten
+    treats as one element along dim 0 or -1 (an index into its empty index is an error)."""
+    return d % rank if rank else None
 
 
 def _index_map(L: Lowerer, node, idx, element):
@@ -320,6 +322,8 @@ def _index_map(L: Lowerer, node, idx, element):
         return a[0].name, None, tuple(res)
     if op == "transpose.int":
         r = len(out_shape)
+        if r == 0:
+            return a[0].name, None, idx
         d0, d1 = _norm(a[1], r), _norm(a[2], r)
         res = list(idx)
         res[d0], res[d1] = idx[d1], idx[d0]
@@ -339,6 +343,8 @@ def _index_map(L: Lowerer, node, idx, element):
         b = bind(node)
         src = g[a[0].name].type.shape
         d = _norm(b["dim"], len(src))
+        if d is None:
+            raise Unsupported(f"%{node.name}: slice of a 0-d tensor")
         start = b["start"] or 0
         step = b["step"] or 1
         if start < 0:
@@ -350,6 +356,8 @@ def _index_map(L: Lowerer, node, idx, element):
     if op == "select.int":
         src = g[a[0].name].type.shape
         d = _norm(a[1], len(src))
+        if d is None:
+            raise Unsupported(f"%{node.name}: select of a 0-d tensor")
         i = a[2] + src[d] if a[2] < 0 else a[2]
         return a[0].name, None, tuple(idx[:d]) + (E.Const(i),) + tuple(idx[d:])
     if op == GETITEM:
@@ -375,6 +383,8 @@ def _index_map(L: Lowerer, node, idx, element):
         b = bind(node)
         src = g[b["self"].name].type.shape
         d = _norm(b["dim"], len(src))
+        if d is None:       # a 0-d source: its one element (index 0 is the only valid one)
+            return b["self"].name, None, ()
         k = L.value(b["index"].name, idx)
         res = list(idx)
         res[d] = E.Value(L.cast(k, "i64"))
@@ -383,6 +393,8 @@ def _index_map(L: Lowerer, node, idx, element):
         b = bind(node)
         src = g[b["self"].name].type.shape
         d = _norm(b["dim"], len(src))
+        if d is None:       # a 0-d source: its one element (index 0 is the only valid one)
+            return b["self"].name, None, ()
         k = L.value(b["index"].name, (idx[d],))
         res = list(idx)
         res[d] = E.Value(L.cast(k, "i64"))
@@ -397,6 +409,8 @@ def _split_item(L: Lowerer, src_node, i: int, idx):
     x = b["self"]
     shape = L.graph[x.name].type.shape
     d = _norm(b["dim"], len(shape))
+    if d is None:
+        raise Unsupported(f"%{src_node.name}: split of a 0-d tensor")
     if src_node.op == "split.Tensor":
         size = b["split_size"]
         sizes = [min(size, shape[d] - k) for k in range(0, shape[d], size)]
@@ -414,6 +428,8 @@ def _cat(L: Lowerer, node, idx):
                len(L.graph[t.name].type.shape) != 1]
     out_t = node.type
     d = _norm(b["dim"], len(out_t.shape))
+    if d is None:
+        raise Unsupported(f"%{node.name}: cat of 0-d tensors")
     out = compute_dtype(out_t.dtype)
     pos = L.index(idx[d])
     offset = 0
@@ -495,7 +511,7 @@ def reduction_layout(L: Lowerer, names):
     for n in names:
         node = L.graph[n]
         if node.op in SIMPLE_REDUCTIONS:
-            shape, dims = _reduced_dims(L.graph, node)
+            shape, dims = reduced_dims(L.graph, node)
             return tuple(shape), tuple(dims)
     return None
 
@@ -509,7 +525,7 @@ def reduction_loop_bodies(L: Lowerer, name: str, p: int, idx=None):
     kind = _KIND.get(node.op)
     if kind is None:
         raise Unsupported(f"%{name}: no code generation rule for the reduction {node.op}")
-    shape, dims = _reduced_dims(L.graph, node)
+    shape, dims = reduced_dims(L.graph, node)
     if idx is None:
         idx = canonical_index(L, shape, dims)
     src = node.args[0].name

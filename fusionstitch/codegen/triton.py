@@ -129,6 +129,8 @@ class _Printer:
                 # the interpreter's float -> bfloat16 drops the low bits and flushes
                 # subnormals (numpy has no bfloat16): round to nearest even on the float's
                 # bits, as c10 does (NaN becomes 0x7FC0), and take the top half as the bits
+                # (f64 and integer sources round to f32 first: a double rounding, off only
+                # within 2^-29 relative of a bf16 tie; integers are otherwise reinterpreted)
                 f = f"{a[0]}.to(tl.float32)"
                 b = f"{f}.to(tl.uint32, bitcast=True)"
                 r = f"(({b} + 0x7FFF + (({b} >> 16) & 1)) >> 16)"

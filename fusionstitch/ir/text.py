@@ -11,8 +11,9 @@
 One node a line, types spelled out (the parser re-derives nothing). Literal syntax:
 ints, floats as `repr` (`inf`, `-inf`, `nan`, `-nan` bare), `True`/`False`/`None`,
 JSON strings, tuples as `[a, b]`, `torch.float32` / `torch.strided` /
-`torch.channels_last`, `device("cuda:0")`, refs `%name`, and tensor literals
-`tensor(f32[2], [1.0, 2.0])` (numel <= 16) or `tensor(f32[64,64], b64"...")`.
+`torch.channels_last`, `device("cuda:0")`, complex numbers `complex(0.0, 1.0)`, refs
+`%name`, and tensor literals `tensor(f32[2], [1.0, 2.0])` (numel <= 16) or
+`tensor(f32[64,64], b64"...")`.
 Names that are not identifiers are printed as JSON strings (`%"a b"`) so that
 every graph round-trips.
 """
@@ -89,6 +90,8 @@ def format_value(v) -> str:
         return str(v)
     if t is float:
         return _float(v)
+    if t is complex:
+        return f"complex({_float(v.real)}, {_float(v.imag)})"
     if t is tuple or t is list:
         return "[" + ", ".join([format_value(x) for x in v]) + "]"
     if v is None:
@@ -442,8 +445,16 @@ class _Parser:
             if v == "tensor" and self.kinds[i + 1] == "(":
                 self.i = i + 2
                 return self.tensor_literal()
+            if v == "complex" and self.kinds[i + 1] == "(":
+                self.i = i + 2
+                parts = self.values(")")
+                if len(parts) != 2 or not all(type(p) in (int, float) for p in parts):
+                    raise self.error("expected complex(<real>, <imaginary>)", i, got=False)
+                self.expect(")")
+                return complex(*parts)
         raise self.error("expected a value (ref, number, string, list, True/False/None, "
-                         "torch.<dtype|layout|memory_format>, device(...) or tensor(...))")
+                         "torch.<dtype|layout|memory_format>, device(...), complex(...) or "
+                         "tensor(...))")
 
     def tensor_literal(self) -> TensorLiteral:
         ty = self.tensor_type()

@@ -12,7 +12,9 @@ output, and the epilogue's `copy_` of a tensor onto itself does nothing. This is
 safe when nothing reads the old value after the write:
 
 - plan level: every reader of the input (or of a view of it) runs in the same
-  kernel or before it, and neither the input nor a view of it is a graph output;
+  kernel or before it, neither the input nor a view of it is a graph output, and the
+  new value (or a view of it) is no other graph output (a tensor saved for backward
+  would alias the input, and the epilogue's `copy_` would bump its version);
 - kernel level: the kernel reads the input only where it writes the new value,
   at the same element, before writing it (same component; an earlier loop over
   the row, or earlier in the same loop);
@@ -102,6 +104,8 @@ def plan_writes(plan: FusionPlan, kernels: dict[int, Kernel],
         if kernel is None:
             continue
         why = _plan_hazard(graph, param, g, group_of, order, outputs, users, position)
+        if why is None:
+            why = _shared_output(graph, new.name, oi, users)
         pos = next((k for k, b in enumerate(kernel.outputs)
                     if b.value == new.name and b.element is None), None)
         if why is None and pos is None:
@@ -136,6 +140,18 @@ def _plan_hazard(graph, param: str, g, group_of, order, outputs, users,
         other = group_of.get(name)
         if other is None or (other.id != g.id and order[other.id] > order[g.id]):
             return f"%{name} reads the old value after the kernel"
+    return None
+
+
+def _shared_output(graph, new: str, oi: int, users) -> str | None:
+    """Why `new` may not live in the input's memory: it (or a view of it) is also another
+    graph output (a tensor saved for backward, a result the caller keeps). That output would
+    alias the input: the epilogue's `copy_` bumps the version of a tensor autograd saved,
+    and a later update of the input would change a result the caller holds."""
+    alias = _aliases(graph, new, users)
+    for k, o in enumerate(graph.outputs):
+        if k != oi and isinstance(o, Ref) and o.name in alias:
+            return f"%{o.name} is also graph output {k}: it would alias the input"
     return None
 
 

@@ -22,7 +22,9 @@ Intermediates are dropped after their last use so peak memory stays as eager.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from functools import partial
 from operator import itemgetter
 from typing import Any
 
@@ -37,6 +39,9 @@ from . import recycle as _recycle
 
 # the step kind of a kernel group run through torch because its kernel was not built
 _UNBUILT = "unbuilt"
+
+log = logging.getLogger("fusionstitch.runtime")
+_warned_dtypes: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,19 @@ class Program:
                 ops.append((slot_of[name], fn, args, kwargs, dead_after.get(name, ())))
             steps.append((unbuilt if g.kind == KERNEL else g.kind, ops))
         self.steps = steps
+        # the values generated kernels read from ops run through torch, by slot: the
+        # elements read (None: the value itself), checked on the first call (`_conform`)
+        self._declared: dict[int, set] = {}
+        for step in kernels.values():
+            for slot, element in step.inputs:
+                node = graph.nodes[slot]
+                if element is None and node.op == GETITEM:    # a tuple element, got by torch
+                    slot, element = slot_of[node.args[0].name], node.args[1]
+                if graph.nodes[slot].op not in (PARAMETER, CONSTANT):
+                    self._declared.setdefault(slot, set()).add(element)
+        torch_run = {slot for kind, ops in steps if kind != "generated" for slot, *_ in ops}
+        self._declared = {s: e for s, e in self._declared.items() if s in torch_run}
+        self._conformed = False
         self.outputs = [_Slot(slot_of[o.name]) if isinstance(o, Ref) else o
                         for o in graph.outputs]
         # every output a value (the usual case): picked in C, not by _fill per output
@@ -179,6 +197,7 @@ class Program:
             values[slot] = t
         kernels = library = 0
         pool = self._pool if self.recycled else None
+        check = not self._conformed
         for kind, ops in self.steps:
             if kind == "generated":
                 step, dead = ops
@@ -187,9 +206,11 @@ class Program:
                     self._drop(values, dead, pool)
                 kernels += 1
                 continue
-            for slot, fn, args, kwargs, dead in ops:
+            for j, (slot, fn, args, kwargs, dead) in enumerate(ops):
                 values[slot] = fn(*_fill(args, values), **{k: _fill(v, values)
                                                          for k, v in kwargs.items()})
+                if check and slot in self._declared:
+                    values[slot] = self._conform(ops, j, values[slot])
                 if dead:
                     self._drop(values, dead, pool)
             if kind == KERNEL:
@@ -197,6 +218,7 @@ class Program:
             elif kind == LIBRARY:
                 library += 1
             # _UNBUILT: counted below, in num_fallback_calls
+        self._conformed = True
         _stats.bump("kernels_launched", kernels)
         _stats.bump("library_calls", library)
         if self.num_fallback_calls:
@@ -204,6 +226,43 @@ class Program:
         if self._pick_outputs is not None:
             return list(self._pick_outputs(values))
         return [_fill(o, values) for o in self.outputs]
+
+    def _conform(self, ops: list, k: int, value: Any) -> Any:
+        """`value`, returned by op `ops[k]` run through torch on the first call, checked
+        where generated kernels read it against the type the graph declares. The types come
+        from torch's meta kernels, which can disagree with the real ones (fp16 batch-norm
+        running statistics: fp32 in meta, fp16 for real), and a kernel reads its inputs as
+        declared. A dtype that differs is converted to the declared one, now and on every
+        later call (one warning per op); a shape that differs raises. Values only torch
+        reads are left as they are (embedding_bag's unused offset2bag: shape (0,) for
+        real)."""
+        slot, fn, args, kwargs, dead = ops[k]
+        declared = self.plan.graph.nodes[slot].type
+        op = self.plan.graph.nodes[slot].op
+        convert = []
+        for i in sorted(self._declared[slot], key=lambda e: -1 if e is None else e):
+            t = declared if i is None else declared.elements[i]
+            v = value if i is None else value[i]
+            if t is None or not isinstance(v, torch.Tensor):
+                continue
+            if tuple(v.shape) != t.shape:
+                raise RuntimeError(f"fusionstitch: {op} returned shape {tuple(v.shape)}"
+                                   f"{'' if i is None else f' (value {i})'} where the graph "
+                                   f"declares {t}, and a generated kernel reads it")
+            if v.dtype != t.torch_dtype:
+                convert.append((i, t.torch_dtype))
+        if not convert:
+            return value
+        if op not in _warned_dtypes:    # once per op: every specialisation meets it
+            _warned_dtypes.add(op)
+            log.warning("%s returns %s where torch's meta kernel (the graph's types) says %s; "
+                        "converted to the declared dtypes", op,
+                        ", ".join(f"{value.dtype if i is None else value[i].dtype}"
+                                  f"{'' if i is None else f' (value {i})'}"
+                                  for i, _ in convert), declared)
+        fix = partial(_convert, convert=tuple(convert))
+        ops[k] = (slot, lambda *a, **kw: fix(fn(*a, **kw)), args, kwargs, dead)
+        return fix(value)
 
     def _drop(self, values: list, dead, pool: dict | None) -> None:
         """Free the values of `dead` slots; the memory of recyclable ones goes to `pool`."""
@@ -214,6 +273,17 @@ class Program:
                 _recycle.offer(pool, t, self._room)
             else:
                 values[d] = None
+
+
+def _convert(value: Any, convert: tuple) -> Any:
+    """`value` with element i (the value itself when i is None) cast to dtype d for each
+    (i, d) in `convert`."""
+    if convert[0][0] is None:
+        return value.to(convert[0][1])
+    out = list(value)
+    for i, dtype in convert:
+        out[i] = out[i].to(dtype)
+    return tuple(out)
 
 
 def _getitem(seq, index):

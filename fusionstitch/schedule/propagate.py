@@ -71,7 +71,7 @@ def _numel(t) -> int:
     return 0
 
 
-def _reduced_dims(graph: Graph, node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def reduced_dims(graph: Graph, node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(input shape, sorted reduced dims) of a simple reduction."""
     src = graph[node.args[0].name].type
     shape = src.shape
@@ -82,15 +82,16 @@ def _reduced_dims(graph: Graph, node: Node) -> tuple[tuple[int, ...], tuple[int,
     dims = node.args[at] if len(node.args) > at else node.kwarg("dim")
     if isinstance(dims, int):
         dims = (dims,)
-    if not dims:  # None or [] reduce every dim (aten's convention)
+    if not dims or not shape:
+        # None or [] reduce every dim (aten's convention); a 0-d input has no dims to
+        # reduce, whatever `dim` says (aten takes 0 and -1 there)
         return shape, tuple(range(len(shape)))
-    rank = max(len(shape), 1)
-    return shape, tuple(sorted({d % rank for d in dims}))
+    return shape, tuple(sorted({d % len(shape) for d in dims}))
 
 
 def reduction_space(graph: Graph, node: Node) -> Space:
     """The space one reduction imposes (row, column), or Inconsistent."""
-    shape, dims = _reduced_dims(graph, node)
+    shape, dims = reduced_dims(graph, node)
     # size-1 dims do not matter for contiguity: drop them from both sides
     live = [i for i, d in enumerate(shape) if d != 1]
     red = [i for i in live if i in dims]
@@ -171,7 +172,7 @@ def _batch_component(graph: Graph, names: list[str], dots: list[str], escaping) 
     for name in names:
         node = graph[name]
         if node.op in SIMPLE_REDUCTIONS:
-            shape, dims = _reduced_dims(graph, node)
+            shape, dims = reduced_dims(graph, node)
             kept.append([shape[d] for d in range(len(shape)) if d not in dims])
     programs = batch_programs(batch, kept)
     space = Space("batch", programs, BLOCK_ELEMENTS_MAX, programs * BLOCK_ELEMENTS_MAX,

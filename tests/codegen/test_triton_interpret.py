@@ -212,3 +212,25 @@ def test_launch_configuration_is_worked_out_once_per_syms(monkeypatch):
     k._launches = {(-1,): None}                     # full: the next new syms start over
     k([x, torch.empty(4, 32)], syms)
     assert list(k._launches) == [tuple(syms)] and len(worked) == 2
+
+
+@pytest.mark.parametrize("src", [torch.float32, torch.float64, torch.float16, torch.int64])
+def test_casts_to_bf16_round_to_nearest_even(src):
+    """Triton's interpreter truncates on a cast to bf16 (and reinterprets integers); torch
+    and the GPU round to nearest even. Ties, the largest finite value rounding up to inf,
+    subnormals, signed zeros, inf and NaN, and random values, bit for bit."""
+    special = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 3.3895314e38, 3.4e38,
+                            1e-40, -1e-40, 0.0, -0.0, float("inf"), float("-inf"),
+                            float("nan"), 1.0039, -2.71828])
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([special, torch.randn(500, generator=g) * 1000]) if src.is_floating_point \
+        else torch.randint(-2**40, 2**40, (500,), generator=g)
+    x = x.to(src)
+
+    def f(t):
+        return t.to(torch.bfloat16)
+    got, _ = run(f, x)
+    want = f(x)
+    nan = torch.isnan(want)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))

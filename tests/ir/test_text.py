@@ -163,6 +163,25 @@ def test_hand_built_literals_round_trip():
     assert print_graph(h) == text
 
 
+def test_complex_scalar_literals_round_trip():
+    """A complex Scalar argument (polar's backward multiplies by 1j) prints and parses
+    back; its text (the plan cache's key) is exact."""
+    t = TensorType((3,), "c64")
+    vals = (1j, complex(-0.5, 2.0), complex(math.inf, -0.0), complex(1e-300, -math.inf))
+    nodes = (Node("x", "parameter", type=t),) + tuple(
+        Node(f"m{k}", "mul.Scalar", (Ref("x" if k == 0 else f"m{k - 1}"), v), type=t)
+        for k, v in enumerate(vals))
+    g = Graph(nodes, (Ref("m3"),), name="cplx")
+    text = assert_round_trip(g)
+    assert "mul.Scalar(%x, complex(0.0, 1.0))" in text
+    assert "complex(inf, -0.0)" in text and "complex(1e-300, -inf)" in text
+    nan = parse(text.replace("complex(0.0, 1.0)", "complex(nan, -nan)"))
+    v = nan["m0"].args[1]
+    assert type(v) is complex and v.real != v.real and math.copysign(1, v.imag) < 0
+    with pytest.raises(ValueError, match="expected complex"):
+        parse(text.replace("complex(0.0, 1.0)", "complex(1.0)"))
+
+
 def test_nan_payloads_and_bits_round_trip():
     f32 = torch.tensor([0x7FC00001, -0x400000, 0x7F800001], dtype=torch.int32).view(torch.float32)
     bf = torch.tensor([0x7FC1, -0x40, 0x0000, -0x8000], dtype=torch.int16).view(torch.bfloat16)

@@ -152,3 +152,27 @@ def test_kernel_hazard_names_the_reason():
     k = lower_group(g, ["t", "c", "n"], "k")
     why = kernel_hazard(k, "p", k.outputs[0])
     assert why is not None and "another element" in why
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_new_value_saved_for_backward_gets_its_own_memory(target):
+    """A buffer updated in a training step and then read by the differentiable output: the
+    forward graph returns the new value twice, as the mutation and as a tensor saved for
+    backward. Stored into the buffer's memory, the saved tensor would alias the buffer, and
+    the epilogue's `copy_` would bump its version: backward raised. (Also the OpInfo sweep's
+    _batch_norm_with_update in bf16/fp16 with gradients.)"""
+    def f(x, rs):
+        rs.copy_(rs.float() * 0.9 + x.detach().mean(0) * 0.1)
+        return x * rs
+
+    def make():
+        return torch.randn(4, 8, requires_grad=True), torch.randn(8).bfloat16()
+    writes, a, b, ref, got = run_both(f, make, target, grad=True)
+    ref.sum().backward()
+    got.sum().backward()
+    assert writes == 0
+    assert torch.equal(a[1], b[1])
+    torch.testing.assert_close(b[0].grad, a[0].grad)
+    # the product reads the bf16 buffer: eager rounds the new value first (a kernel that
+    # keeps fp32 there is nearer to float64; see the OpInfo sweep's tolerance)
+    torch.testing.assert_close(got, ref, rtol=1e-2, atol=1e-2)

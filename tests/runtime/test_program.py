@@ -1,10 +1,17 @@
 """Program: runs a plan group by group, counts launches, keeps eager semantics."""
+import shutil
+
+import pytest
 import torch
 
 import fusionstitch
 from fusionstitch.frontend.build import GraphBuilder
+from fusionstitch.fusion import make_plan
 from fusionstitch.fusion.plan import plan_none
+from fusionstitch.ir.text import parse
 from fusionstitch.runtime.program import Program
+
+TARGETS = ["interpret"] + (["cpu"] if shutil.which("g++") else [])
 
 
 def test_program_runs_counts_and_returns_views():
@@ -79,3 +86,67 @@ def test_a_kernel_drops_only_values_that_reached_the_value_list():
     assert not prog.recycled & params
     a, bb = torch.randn(256, 256), torch.randn(256, 256)
     torch.testing.assert_close(prog([a, bb])[0], torch.relu(a.exp() + bb) ** 2)
+
+
+def _library_graph(declared: str):
+    """cumsum (a library call) declared as `declared`, read by a generated kernel."""
+    return parse(f"""graph g(%a: f32[2,4]) {{
+  %m: {declared} = cumsum.default(%a, 1)
+  %r: {declared.split('[')[0]}[2,4] = add.Tensor(%m, 1.0)
+  return (%r, %m)
+}}""")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_library_result_of_another_dtype_than_declared_is_converted(target):
+    """The graph's types come from torch's meta kernels, which can disagree with the real
+    kernel (fp16 batch-norm's running statistics: fp32 in meta, fp16 for real). A kernel
+    reading the library result as declared read garbage: the result is converted."""
+    g = _library_graph("f16[2,4]")     # cumsum of fp32 really returns fp32
+    a = torch.randn(2, 4)
+    prog = Program(make_plan(g, "stitch", target), target=target)
+    assert prog.num_kernels == 1 and prog.num_library_calls == 1
+    for _ in range(2):       # the first call converts, and so do later ones
+        r, m = prog([a])
+        assert m.dtype == torch.float16 and r.dtype == torch.float16
+        assert torch.equal(m, a.cumsum(1).half())
+        assert torch.equal(r, (a.cumsum(1).half().float() + 1).half())
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_library_result_of_another_shape_than_declared_raises(target):
+    prog = Program(make_plan(_library_graph("f32[2,2]"), "stitch", target), target=target)
+    with pytest.raises(RuntimeError, match=r"cumsum.default returned shape \(2, 4\)"):
+        prog([torch.randn(2, 4)])
+
+
+def test_library_result_only_torch_reads_is_left_as_it_is():
+    """embedding_bag's offset2bag is (0,) for real where meta says (5,): unread by kernels,
+    it is no hazard, and eager's value is what the graph returns."""
+    g = parse("""graph g(%a: f32[2,4]) {
+  %m: f16[2,2] = cumsum.default(%a, 1)
+  %r: f32[2,4] = exp.default(%a)
+  return (%r, %m)
+}""")
+    a = torch.randn(2, 4)
+    for target in TARGETS:
+        r, m = Program(make_plan(g, "stitch", target), target=target)([a])
+        assert torch.equal(m, a.cumsum(1)) and torch.allclose(r, a.exp())
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_fp16_batch_norm_running_statistics_match_eager(target):
+    """The case that showed it: _batch_norm_with_update in fp16 (torch's meta gives fp32
+    running statistics; a kernel converting them back read fp16 memory as fp32)."""
+    torch._dynamo.reset()
+    x = torch.randn(3, 5, dtype=torch.float16)
+    stats = [torch.randn(5, dtype=torch.float16), torch.rand(5, dtype=torch.float16) + 0.5]
+
+    def f(x, rm, rv):
+        return torch.ops.aten._batch_norm_with_update(x, None, None, rm, rv, 0.1, 1e-5)[0]
+    want_stats = [s.clone() for s in stats]
+    want = f(x, *want_stats)
+    got = torch.compile(f, backend=fusionstitch.backend(target=target), dynamic=False)(x, *stats)
+    assert torch.equal(got, want)
+    for s, w in zip(stats, want_stats):
+        assert torch.equal(s, w)

@@ -5,7 +5,7 @@ from fusionstitch.ir.graph import Graph, Ref
 from fusionstitch.ir.text import parse
 from fusionstitch.schedule.propagate import (Inconsistent, Space, component_space,
                                              components, escaping_values, group_spaces,
-                                             reduction_space)
+                                             reduced_dims, reduction_space)
 
 RED = parse("""graph red(%x: f32[4,8,16], %y: f32[8,16], %z: f32[4,1,16]) {
   %row: f32[4] = sum.dim_IntList(%x, [1, 2])
@@ -69,6 +69,22 @@ def test_empty_dim_list_reduces_everything():
 }""")
     assert reduction_space(g, g["s"]) == Space("row", 1, 12, 12)
     assert reduction_space(g, g["a"]) == Space("row", 1, 12, 12)
+
+
+def test_zero_d_input_has_no_dims_to_reduce():
+    """aten takes dim 0 or -1 (and keepdim) on a 0-d tensor: nothing is reduced. Reading
+    the dim as an index into the empty shape crashed the lowering of every such sum."""
+    g = parse("""graph z(%x: f32[], %y: f32[1]) {
+  %s: f32[] = sum.dim_IntList(%x, [0], True)
+  %m: f32[] = amax.default(%x, [-1])
+  %v: f32[] = var.correction(%x, [0], correction=0)
+  %o: f32[1] = sum.dim_IntList(%y, [-1], True)
+  return (%s, %m, %v, %o)
+}""")
+    for name in ("s", "m", "v"):
+        assert reduced_dims(g, g[name]) == ((), ())
+        assert reduction_space(g, g[name]) == Space("row", 1, 1, 1)
+    assert reduced_dims(g, g["o"]) == ((1,), (0,))
 
 
 SOFTMAX = parse("""graph softmax(%x: f32[4,16]) {

@@ -1,0 +1,138 @@
+"""Lowering (codegen/lower.py): what a group may hold, and reductions of degenerate shapes.
+
+Found by the OpInfo sweep (tests/opinfo): reductions over 0-d inputs with a `dim`
+crashed lowering (an IndexError caught and run through torch), and a kernel group with
+complex values reached the C++ printer, which has no complex type.
+"""
+import shutil
+
+import pytest
+import torch
+
+import fusionstitch
+from fusionstitch.codegen.lower import Unsupported, lower_group
+from fusionstitch.fusion import make_plan
+from fusionstitch.ir.text import parse
+
+TARGETS = ["interpret"] + (["cpu"] if shutil.which("g++") else [])
+
+
+@pytest.fixture(autouse=True)
+def _strict(monkeypatch, tmp_path_factory):
+    """Internal errors raise (no silent fallback to torch); Dynamo starts fresh per test."""
+    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
+    monkeypatch.setenv("FUSIONSTITCH_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+    torch._dynamo.reset()
+
+
+def compiled(fn, target):
+    return torch.compile(fn, backend=fusionstitch.backend(target=target), dynamic=False)
+
+
+REDUCTIONS = {
+    "sum": lambda x: torch.sum(x, 0, keepdim=True),
+    "mean": lambda x: torch.mean(x, -1),
+    "amax": lambda x: torch.amax(x, 0),
+    "amin": lambda x: torch.amin(x, -1, keepdim=True),
+    "prod": lambda x: torch.prod(x, 0),
+    "any": lambda x: torch.any(x > 0, 0),
+    "all": lambda x: torch.all(x > 0, -1),
+    "logsumexp": lambda x: torch.logsumexp(x, 0),
+    "var": lambda x: torch.var(x, 0, correction=0),
+    "softmax": lambda x: torch.softmax(x, 0),
+    "norm": lambda x: torch.linalg.vector_norm(x, 2, -1),
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)])
+def test_reductions_over_0d_and_one_element_inputs(shape, target):
+    """Every reduction with a `dim` of a 0-d or one-element input, in one graph."""
+    def fn(x):
+        return [f(x) for f in REDUCTIONS.values()]
+    x = torch.randn(shape)
+    fusionstitch.reset_stats()
+    got = compiled(fn, target)(x)
+    for name, g, w in zip(REDUCTIONS, got, fn(x)):
+        assert g.shape == w.shape and g.dtype == w.dtype, name
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6, msg=name)
+    assert fusionstitch.stats()["fallbacks"] == 0
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_dim_ops_on_0d_tensors(target):
+    """aten takes dim 0 / -1 of a 0-d tensor as its one element: index_select, gather,
+    transpose and the backward of index_reduce and scatter (which gather from a 0-d
+    gradient) crashed lowering with an IndexError."""
+    def fn(x, y, i):
+        return (torch.index_select(x, 0, i.view(1)) * 2, torch.gather(x, -1, i) + 1,
+                x.transpose(0, -1).exp(), torch.index_select(y, 0, i.view(1)).sin(),
+                torch.scatter(x, 0, i, y).cos())
+    x = torch.randn((), requires_grad=True)
+    y = torch.randn((), requires_grad=True)
+    i = torch.zeros((), dtype=torch.int64)
+    got = compiled(fn, target)(x, y, i)
+    want = fn(x, y, i)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        torch.testing.assert_close(g, w)
+    grads = torch.autograd.grad(sum(g.sum() for g in got), (x, y))
+    wgrads = torch.autograd.grad(sum(w.sum() for w in want), (x, y))
+    for g, w in zip(grads, wgrads):
+        torch.testing.assert_close(g, w)
+
+
+@pytest.mark.filterwarnings("ignore:index_reduce\\(\\) is in beta")
+@pytest.mark.parametrize("target", TARGETS)
+def test_index_reduce_backward_of_0d_input(target):
+    def fn(x, s, i):
+        return torch.index_reduce(x, 0, i, s, "amax", include_self=True)
+    x = torch.randn((), requires_grad=True)
+    s = torch.randn((), requires_grad=True)
+    i = torch.zeros(1, dtype=torch.int64)
+    got = compiled(fn, target)(x, s, i)
+    want = fn(x, s, i)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got, (x, s)), torch.autograd.grad(want, (x, s)))
+
+
+def test_complex_values_are_not_lowered():
+    g = parse("""graph c(%x: c64[4], %y: f32[4]) {
+  %m: c64[4] = mul.Scalar(%x, complex(0.0, 1.0))
+  %r: f32[4] = exp.default(%y)
+  return (%m, %r)
+}""")
+    with pytest.raises(Unsupported, match="dtype c64"):
+        lower_group(g, ["m"], "k")
+    lower_group(g, ["r"], "k")
+    plan = make_plan(g, "stitch", "cpu")
+    kinds = {n: grp.kind for grp in plan.groups for n in grp.nodes}
+    assert kinds == {"m": "library", "r": "kernel"}
+
+
+def test_complex_read_by_a_real_op_is_not_lowered():
+    g = parse("""graph c(%x: c64[4]) {
+  %a: f32[4] = abs.default(%x)
+  %e: f32[4] = exp.default(%a)
+  return (%e)
+}""")
+    with pytest.raises(Unsupported, match="reads %x, which has dtype c64"):
+        lower_group(g, ["a", "e"], "k")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_complex_graph_runs_complex_ops_through_torch(target):
+    """polar's backward multiplies by the complex literal 1j: the graph plans (the literal
+    prints), complex ops run through torch, and the gradients match eager."""
+    def fn(a, b):
+        return torch.view_as_real(torch.polar(a, b) * (2 + 1j)).exp().sum()
+    a, b = torch.rand(6) + 0.5, torch.randn(6)
+    ga, gb = a.clone().requires_grad_(), b.clone().requires_grad_()
+    ca, cb = a.clone().requires_grad_(), b.clone().requires_grad_()
+    want = fn(ga, gb)
+    want.backward()
+    got = compiled(fn, target)(ca, cb)
+    got.backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(ca.grad, ga.grad)
+    torch.testing.assert_close(cb.grad, gb.grad)
