@@ -87,6 +87,13 @@ HAND: dict = {
     "_native_batch_norm_legit.no_stats/train": lambda dt: (
         (_t(4, 3, 5, dtype=dt), _pos(3, dtype=dt, grad=True), _t(3, dtype=dt), True, 0.1,
          1e-5), {}),
+    "native_group_norm.default/4d": lambda dt: (
+        (_t(2, 6, 3, 4, dtype=dt, lo=-1, hi=3), _pos(6, dtype=dt, grad=True), _t(6, dtype=dt),
+         2, 6, 12, 3, 1e-5), {}),
+    "native_group_norm.default/3d_no_affine": lambda dt: (
+        (_t(3, 4, 5, dtype=dt), None, None, 3, 4, 5, 2, 1e-5), {}),
+    "native_group_norm.default/one_group": lambda dt: (
+        (_t(2, 4, 5, dtype=dt), _pos(4, dtype=dt, grad=True), None, 2, 4, 5, 1, 1e-5), {}),
     "_fused_rms_norm.default/affine": lambda dt: (
         (_t(3, 4, 8, dtype=dt), [8], _pos(8, dtype=dt, grad=True), 1e-6), {}),
     "_fused_rms_norm.default/no_weight": lambda dt: ((_t(5, 6, dtype=dt), [6], None, None), {}),
