@@ -110,6 +110,8 @@ def table(rows: list[dict], variants) -> str:
         ("eager ops", "eager", "ops", "d"), ("ind kernels", "inductor", "kernels", "d"),
         ("fs kernels", "fusionstitch", "kernels", "d"),
         ("fs libcalls", "fusionstitch", "library_calls", "d"),
+        ("fs fallbacks", "fusionstitch", "fallbacks", "d"),
+        ("graph breaks", "fusionstitch", "graph_breaks", "d"),
         ("fs err", "fusionstitch", "max_rel_err", ".1e"),
         ("fs err f64", "fusionstitch", "max_rel_err_f64", ".1e"),
         ("eager err f64", "eager", "max_rel_err_f64", ".1e")]

@@ -46,12 +46,28 @@ def _keep_whole(op: torch._ops.OpOverload) -> bool:
     return op_name(op) in KEEP_WHOLE
 
 
+def _weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    """ATen's own analytic formula of the fused weight-norm backward (the one its
+    double backward uses), made of ops we lower; torch's tables have none."""
+    return torch.ops.aten._weight_norm_differentiable_backward.default(
+        grad_w, saved_v, saved_g, saved_norms, dim)
+
+
+# Decompositions of ours, for ops torch's tables leave whole (checked like the others)
+OURS = {
+    "_weight_norm_interface_backward.default": _weight_norm_interface_backward,
+}
+
+
 @lru_cache(maxsize=1)
 def _table() -> dict:
     from torch._decomp import core_aten_decompositions, get_decompositions
     table = dict(core_aten_decompositions())
     table.update(get_decompositions([getattr(torch.ops.aten, n) for n in EXTRA
                                      if hasattr(torch.ops.aten, n)]))
+    for name, fn in OURS.items():
+        packet, overload = name.split(".")
+        table[getattr(getattr(torch.ops.aten, packet), overload)] = fn
     return {op: fn for op, fn in table.items() if not _keep_whole(op)}
 
 

@@ -69,6 +69,16 @@ def _upsample_ac(shape, size, align=False, scales=None):
     return lambda dtype: ((_t(*shape, dtype=dtype), size, align, scales), {})
 
 
+def _weight_norm_backward(dtype, dim):
+    """(grad_w, v, g, norms, dim) as the forward `_weight_norm_interface` saves them."""
+    v = _t(4, 3, 2, dtype=dtype, grad=False)   # (a backward op: no gradient of its own)
+    shape = [1, 1, 1]
+    shape[dim] = v.shape[dim]
+    g = _pos(*shape, dtype=dtype)
+    _, norms = aten._weight_norm_interface.default(v, g, dim)
+    return (_t(4, 3, 2, dtype=dtype, grad=False), v, g, norms, dim), {}
+
+
 # name -> builder(dtype) -> (args, kwargs); the op is the part of the name before "/"
 HAND: dict = {
     # --- normalisation layers: what real models run
@@ -101,6 +111,8 @@ HAND: dict = {
         (_t(4, 3, 2, dtype=dt), _pos(4, 1, 1, dtype=dt, grad=True), 0), {}),
     "_weight_norm_interface.default/dim2": lambda dt: (
         (_t(4, 3, 2, dtype=dt), _pos(1, 1, 2, dtype=dt, grad=True), 2), {}),
+    "_weight_norm_interface_backward.default/dim0": lambda dt: _weight_norm_backward(dt, 0),
+    "_weight_norm_interface_backward.default/dim2": lambda dt: _weight_norm_backward(dt, 2),
     # --- recurrent layers, whole
     "lstm.input/bidirectional": lambda dt: _rnn_input("lstm", dt, bidirectional=True),
     "gru.input/2_layers": lambda dt: _rnn_input("gru", dt),
