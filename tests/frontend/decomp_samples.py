@@ -30,8 +30,9 @@ def _rnn_params(mode, dtype, layers=1, bidirectional=False, input_size=3, hidden
     for layer in range(layers):
         for _ in range(2 if bidirectional else 1):
             width = input_size if layer == 0 else hidden * (2 if bidirectional else 1)
-            params += [_t(gates * hidden, width, dtype=dtype), _t(gates * hidden, hidden, dtype=dtype),
-                       _t(gates * hidden, dtype=dtype), _t(gates * hidden, dtype=dtype)]
+            rows = gates * hidden
+            params += [_t(rows, width, dtype=dtype), _t(rows, hidden, dtype=dtype),
+                       _t(rows, dtype=dtype), _t(rows, dtype=dtype)]
     return params
 
 
@@ -140,7 +141,8 @@ HAND: dict = {
     "_upsample_bilinear2d_aa.vec/down": _upsample_ac((1, 2, 8, 9), [3, 4]),
     "_upsample_bicubic2d_aa.vec/down": _upsample_ac((1, 2, 8, 9), [3, 4]),
     "_upsample_lanczos2d_aa.vec/down": _upsample_ac((1, 2, 8, 9), [3, 4]),
-    "affine_grid_generator.default/2d": lambda dt: ((_t(2, 2, 3, dtype=dt), [2, 3, 4, 5], False), {}),
+    "affine_grid_generator.default/2d": lambda dt: (
+        (_t(2, 2, 3, dtype=dt), [2, 3, 4, 5], False), {}),
     # --- indexing, shapes, creation
     "_unsafe_index.Tensor/rows": lambda dt: (
         (_t(5, 4, dtype=dt), [torch.tensor([0, 3, 3, 1])]), {}),
@@ -161,6 +163,9 @@ HAND: dict = {
     "zero.default/basic": lambda dt: ((_t(3, 4, dtype=dt),), {}),
     "fill.Tensor/scalar_tensor": lambda dt: (
         (_t(3, 4, dtype=dt), torch.tensor(1.5, dtype=dt)), {}),
+    "_euclidean_dist.default/batched": lambda dt: (
+        (_t(2, 5, 3, dtype=dt), _t(2, 4, 3, dtype=dt)), {}),
+    "log_sigmoid_forward.default/wide": lambda dt: ((_t(3, 4, dtype=dt, lo=-30, hi=30),), {}),
     # --- scalar overloads
     "clamp_max.default/scalar": lambda dt: ((_t(3, 4, dtype=dt), 0.5), {}),
     "floor_divide.Scalar/scalar": lambda dt: ((_t(3, 4, dtype=dt, grad=False), 0.7), {}),
