@@ -76,8 +76,8 @@ def _gpt2(T, p, g):
     d = _hidden(p)
     cfg = T.GPT2Config(vocab_size=VOCAB, n_embd=d["h"], n_head=d["heads"], n_layer=d["layers"],
                        n_positions=2 * p["seq"], resid_pdrop=0.0, embd_pdrop=0.0,
-                       attn_pdrop=0.0, initializer_range=INIT_RANGE,
-                       bos_token_id=1, eos_token_id=2)
+                       attn_pdrop=0.0, summary_first_dropout=0.0,
+                       initializer_range=INIT_RANGE, bos_token_id=1, eos_token_id=2)
     ids, mask, labels = _lm_inputs(g, p)
     return T.GPT2LMHeadModel(cfg), {"input_ids": ids, "attention_mask": mask}, labels
 
@@ -163,6 +163,7 @@ def _whisper(T, p, g):
                           encoder_layerdrop=0.0, decoder_layerdrop=0.0, init_std=INIT_RANGE,
                           pad_token_id=0, bos_token_id=1, eos_token_id=2,
                           decoder_start_token_id=1, apply_spec_augment=False,
+                          mask_time_prob=0.0, mask_feature_prob=0.0,
                           suppress_tokens=None, begin_suppress_tokens=None)
     feats = torch.randn(p["batch"], 8, frames, generator=g)
     labels = torch.randint(3, VOCAB, (p["batch"], max(2, p["seq"] // 2)), generator=g)
@@ -246,7 +247,8 @@ _ARCHS: dict[str, Callable] = {
     "distilbert": _distilbert,
     "albert": _masked_lm("AlbertForMaskedLM", "AlbertConfig",
                          embedding_size=16, classifier_dropout_prob=0.0),
-    "electra": _masked_lm("ElectraForMaskedLM", "ElectraConfig", embedding_size=16),
+    "electra": _masked_lm("ElectraForMaskedLM", "ElectraConfig", embedding_size=16,
+                          summary_last_dropout=0.0),
     "t5": _t5,
     "bart": _bart,
     "whisper": _whisper,
@@ -270,6 +272,21 @@ ARCH_SIZES = {"mobilenet_v2": {"small": dict(batch=4, image=64), "full": dict(im
 
 def _sizes(arch: str) -> dict:
     return {k: {**v, **ARCH_SIZES.get(arch, {}).get(k, {})} for k, v in SIZES.items()}
+
+
+def random_config_fields(cfg: dict, prefix: str = "") -> list[str]:
+    """Config fields that may draw random numbers in train mode and are not 0: every
+    dropout-like field (`*drop*`: dropout, layerdrop, drop_path_rate) and every
+    probability (`*_prob`: SpecAugment's mask_time_prob), also the ones the built head
+    does not use (a model of another head built from the same config would)."""
+    out = []
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            out += random_config_fields(v, f"{prefix}{k}.")
+        elif ("drop" in str(k).lower() or str(k).endswith("_prob")) and isinstance(v, (int, float)) \
+                and not isinstance(v, bool) and v != 0:
+            out.append(f"config.{prefix}{k}={v}")
+    return out
 
 
 @torch.no_grad()
@@ -313,7 +330,12 @@ def build(arch: str, params: dict, device, dtype, train: bool) -> tuple:
     torch.manual_seed(int(params.get("seed", 0)))   # Hugging Face's init draws globally
     model, inputs, labels = _ARCHS[arch](T, params, g)
     _randomise_norms(model, g)
+    if type(model).__name__.endswith("Classification") and model.config.problem_type is None:
+        # the classification loss sets it at its first call, a change Dynamo's guards
+        # see: the second call of a compiled train step would trace again
+        model.config.problem_type = "single_label_classification"
     live = [n for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.p > 0]
+    live += random_config_fields(model.config.to_dict())
     if live:   # a step must be deterministic: a config field was missed
         raise AssertionError(f"{arch}: dropout left on in {live[:3]}")
     model = model.to(device=device, dtype=dtype).train(train)
