@@ -25,7 +25,7 @@ from ..ir.ops import ATTENTION, op_name
 EXTRA = (
     "_softmax", "_log_softmax", "native_layer_norm", "native_batch_norm",
     "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-    "_native_batch_norm_legit_no_training", "native_group_norm",
+    "_native_batch_norm_legit_no_training", "native_group_norm", "linalg_vector_norm",
 )
 
 # Decompositions of torch's tables that are not their op (found by the checks of
