@@ -399,9 +399,45 @@ def _index_map(L: Lowerer, node, idx, element):
         res = list(idx)
         res[d] = E.Value(L.cast(k, "i64"))
         return b["self"].name, None, tuple(res)
+    if op in ("index.Tensor", "_unsafe_index.Tensor"):
+        return _advanced_index(L, node, idx)
     if op in ("arange.start_step", "arange.default", "arange.start", "iota.default"):
         raise Unsupported(f"{op}")
     return None
+
+
+def _advanced_index(L: Lowerer, node, idx):
+    """x[i0, i1, ...] with integer index tensors (a padding mask read at [batch, kv]
+    positions, position ids): the index tensors broadcast to one shape B; the output is
+    x's leading full dims, B, x's trailing dims when the indexed dims are adjacent, else
+    B first (numpy's rules). A negative index counts from the end, as in eager."""
+    b = bind(node)
+    src = L.graph[b["self"].name].type.shape
+    indices = list(b["indices"])
+    refs = [(d, v) for d, v in enumerate(indices) if v is not None]
+    if any(not isinstance(v, Ref) for _, v in refs):
+        raise Unsupported(f"{node.op} with a literal index")
+    types = [L.graph[v.name].type for _, v in refs]
+    if any(t.dtype in ("b8", "u8") for t in types):
+        raise Unsupported(f"{node.op} with a boolean mask (a data-dependent shape)")
+    bshape = tuple(torch.broadcast_shapes(*(t.shape for t in types)))
+    dims = [d for d, _ in refs]
+    adjacent = dims == list(range(dims[0], dims[-1] + 1))
+    at = dims[0] if adjacent else 0        # where B's dims sit in the output
+    bidx = tuple(idx[at:at + len(bshape)])
+    rest = iter(tuple(idx[:at]) + tuple(idx[at + len(bshape):]))
+    res = []
+    for d in range(len(src)):
+        if d not in dims:
+            res.append(next(rest))
+            continue
+        v, t = dict(refs)[d], types[dims.index(d)]
+        k = L.cast(L.value(v.name, broadcast_index(bidx, bshape, t.shape)), "i64")
+        n = L.const(src[d], "i64")
+        k = L.op("where", (L.op("lt", (k, L.const(0, "i64")), "b8"),
+                           L.op("add", (k, n), "i64"), k), "i64")
+        res.append(E.Value(k))
+    return b["self"].name, None, tuple(res)
 
 
 def _split_item(L: Lowerer, src_node, i: int, idx):
@@ -686,4 +722,4 @@ SUPPORTED_OPS = frozenset(
        "expand.default", "unsqueeze.default", "squeeze.dim", "squeeze.dims",
        "squeeze.default", "slice.Tensor", "select.int", GETITEM, "split_with_sizes.default",
        "split.Tensor", "cat.default", "constant_pad_nd.default", "embedding.default",
-       "gather.default", "index_select.default"})
+       "gather.default", "index_select.default", "index.Tensor", "_unsafe_index.Tensor"})

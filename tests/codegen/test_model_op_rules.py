@@ -2,7 +2,8 @@
 relu6 / hardtanh (MobileNetV2), `repeat` (Whisper), `slice_scatter` (the backward of a
 slice: rotary embeddings' halves in LLaMA-style models, T5's and BART's shifted labels),
 `linalg_vector_norm` (weight norm in wav2vec2; decomposed by the frontend into a sum of
-powers) and negative padding (a pad's backward: MobileNetV2's "same" padding). Each was
+powers), negative padding (a pad's backward: MobileNetV2's "same" padding) and integer
+advanced indexing (`index.Tensor`: transformers' attention masks, position ids). Each was
 a counted fallback ("no code generation rule"); with FUSIONSTITCH_STRICT=all a fallback
 raises, so each test fails without its rule. Values against eager, on the cpu and
 interpret targets, forward and backward, NaNs included.
@@ -116,3 +117,24 @@ def test_negative_padding(target):
     _check(fn, [_x(3, 5, 6)], target)
     _check(lambda x: F.pad(x * 3, (1, 2, 0, 1)) ** 2, [_x(2, 4, 5, nan=False)], target,
            grad=True)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_advanced_indexing(target):
+    """x[i, j] with integer index tensors (transformers' masks read a padding mask at
+    [batch, kv] positions; BERT's position ids): adjacent and split index dims, broadcast
+    index tensors, negative indices, an integer source."""
+    def fn(x, i, j, m):
+        y = x * 2
+        return (y[i, j],                        # both leading dims, broadcast (3,1) x (4,)
+                y[:, i.view(-1)],                # one middle dim
+                y[:, :, j] + 1,                  # the last dim, negative indices in j
+                y[i, :, j.view(1, 4)],           # split index dims: B first
+                m[j.view(-1, 1).abs(), j.abs()] * 3,   # an integer source
+                torch.ops.aten.index.Tensor(y, [None, None, j.abs()]))
+    x = _x(3, 4, 5)
+    i = torch.tensor([[2], [0], [1]])
+    j = torch.tensor([0, -1, 3, -4])
+    m = torch.arange(25).view(5, 5)
+    _check(fn, [x, i, j, m], target)
+    # (its backward is index_put, a scatter: a counted fallback, tests/frontend/known_fallbacks)
