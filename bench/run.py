@@ -32,6 +32,9 @@ updates do not leak between variants):
   compile; eager's non-view aten ops per step (about one kernel each);
 * ``max_rel_err`` of the first step against eager's, ``max_rel_err_f64`` against eager
   in float64 (eager's own fp32 rounding can exceed 1e-4: BatchNorm backward, big batch);
+  ``tensors_off``: how many of the step's tensors break bench/judge.py's rules (norm-wise
+  against eager, a gradient zero in exact arithmetic against the step's largest; within
+  3x eager's distance to float64), ``off`` the first of them: what "matches eager" means;
 * on CUDA, ``prof_kernels`` / ``prof_memcpy``: torch.profiler's count of the kernels
   and copies one timed step launched (``bench/device_metrics.py``), an independent count;
 * for a memory-bound workload (``Workload.memory_bound``), ``compulsory_bytes`` (inputs
@@ -40,8 +43,8 @@ updates do not leak between variants):
 
 Speed-ups are ``eager median / variant median`` (above 1 is faster), and fusionstitch's
 against Inductor's like for like (see :func:`speedups`). Writes
-``bench[_models]_<target>_<size>[_bf16]_<date>.json`` and a ``.png`` beside it into
-``--out``.
+``bench[_models]_<target>_<size>[_bf16]_<date>.json``, a ``.md`` (versions, command,
+summary, the table) and a ``.png`` beside it into ``--out``.
 """
 from __future__ import annotations
 
@@ -57,8 +60,9 @@ import traceback
 if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.summary import (BASELINES, CUDA_GRAPH_VARIANTS, MAX_REL_ERR,  # noqa: E402,F401
-                           SHORT, TOLERANCE, VARIANTS, geomean, matches_eager, plot,
+from bench.judge import judge_step  # noqa: E402
+from bench.summary import (BASELINES, CUDA_GRAPH_VARIANTS, JUDGE, MAX_REL_ERR,  # noqa: E402,F401
+                           SHORT, TOLERANCE, VARIANTS, geomean, markdown, matches_eager, plot,
                            speedups, summarise, table, _fmt)
 from bench.timing import time_interleaved, versions  # noqa: E402
 
@@ -230,6 +234,13 @@ def prepare_variant(name: str, size: str, variant: str, target: str,
     for ref, key in (("eager", "max_rel_err"), ("float64", "max_rel_err_f64")):
         if ref in references:
             entry[key] = max_rel_err(outs, references[ref])
+    if "eager" in references and "float64" in references:
+        rtol, slack = JUDGE[dtype]
+        off = judge_step(outs, references["eager"], references["float64"],
+                         len(inst.grad_params), len(inst.mutated), rtol, slack)
+        entry["tensors_off"] = len(off)
+        if off:
+            entry["off"] = off[:5]
     return entry, outs, run
 
 
@@ -532,12 +543,15 @@ def run(workloads, size: str = "full", target: str = "auto", against=("eager", "
         with open(stem + ".json", "w") as f:
             json.dump(_finite(result), f, indent=1, allow_nan=False)
             f.write("\n")
+        with open(stem + ".md", "w") as f:
+            f.write(markdown(result))
     title = (f"fusionstitch (stitch, target {target}) vs "
              f"{' / '.join(v for v in variants if v in BASELINES)}, size {size}, {dtype}\n"
              f"{meta['device']}, {meta['versions']['torch_threads']} threads, "
              f"torch {meta['versions']['torch']}, {day}")
     plot(rows, stem + ".png", title)
-    return {**result, "json_path": stem + ".json", "png_path": stem + ".png"}
+    return {**result, "json_path": stem + ".json", "png_path": stem + ".png",
+            "md_path": stem + ".md"}
 
 
 def _command(workloads, size, target, against, repeat, out_dir, min_time,

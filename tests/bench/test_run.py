@@ -202,4 +202,7 @@ def test_cli_bench_model_suite(tmp_path, capsys):
     fs = data["rows"][0]["variants"]["fusionstitch"]
     assert fs["graphs"] >= 1 and fs["graph_breaks"] == 0 and fs["fallbacks"] == 0
     assert fs["library_calls"] >= 1   # GEMMs and the attention
-    assert fs["max_rel_err"] <= 1e-4
+    assert fs["max_rel_err"] <= 1e-4 and fs["tensors_off"] == 0
+    md = (tmp_path / path.name.replace(".json", ".md")).read_text()
+    assert data["meta"]["command"] in md and "torch " + data["meta"]["versions"]["torch"] in md
+    assert "| gpt2_infer |" in md

@@ -3,7 +3,7 @@
 Every model, both modes (`infer`: eval, no_grad; `train`: the model's loss, backward),
 two compiled calls, judged by model_judge.py against eager fp32 and against a float64 run
 of the same model: the outputs and the loss, the gradient of every parameter, every
-floating buffer. And nothing falls back to torch (`stats()["fallbacks"] == 0`). The
+floating buffer. Every fallback counted and allowed (tests/frontend/known_fallbacks.py). The
 vision and audio models are test_models_vision.py's; FUSIONSTITCH_MODELS: model_judge.py.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ if _ROOT not in sys.path:   # `bench` is a top-level folder, not part of the pac
 transformers = pytest.importorskip("transformers")
 import fusionstitch  # noqa: E402
 from bench import models as M  # noqa: E402
-from model_judge import EXPECTED_FALLBACKS, SIZE, check_model, selected  # noqa: E402
+from model_judge import SIZE, check_model, selected  # noqa: E402
 
 TEXT = ("gpt2", "llama", "mistral", "qwen2", "gemma", "opt", "bert", "roberta", "distilbert",
         "albert", "electra", "t5", "bart", "whisper")
@@ -48,4 +48,3 @@ def test_suite_covers_the_architectures_of_the_issue():
     assert wanted <= set(M.MODELS), sorted(wanted - set(M.MODELS))
     # every model of the suite is tested by one of the two files
     assert sorted(TEXT + VISION) == sorted(M.MODELS)
-    assert set(EXPECTED_FALLBACKS) <= set(M.MODELS)
