@@ -1,6 +1,7 @@
-"""Timing benchmark: zoo workloads under eager, Inductor and fusionstitch, side by side.
+"""Timing benchmark: zoo workloads or real models under eager, Inductor and fusionstitch.
 
-    python -m bench.run [--workloads a,b] [--size small|full] [--target auto|cpu|cuda]
+    python -m bench.run [--suite zoo|models] [--workloads a,b] [--size small|full]
+                        [--target auto|cpu|cuda]
                         [--against eager,inductor] [--repeat N] [--out DIR]
                         [--dtype float32|bfloat16] [--cuda-graphs auto|on|off]
                         [--no-warm-start]
@@ -24,11 +25,16 @@ updates do not leak between variants):
   saved by one compile and loaded by the next, so nothing is traced
   (``warm_start_precompiled_loads``: graphs loaded; 0 for training graphs, traced again);
 * the step time: median, p10, p90 over the timed runs, after warm-up;
+* ``graphs`` and ``graph_breaks`` (compiled variants): the graphs Dynamo made of the
+  first step and the breaks between them;
 * kernels: fusionstitch's ``stats()`` delta over one step (kernels launched, library
-  calls); Inductor's ``torch._inductor.metrics.generated_kernel_count`` over its
+  calls; ``fallbacks`` over the first step); Inductor's ``torch._inductor.metrics.generated_kernel_count`` over its
   compile; eager's non-view aten ops per step (about one kernel each);
 * ``max_rel_err`` of the first step against eager's, ``max_rel_err_f64`` against eager
   in float64 (eager's own fp32 rounding can exceed 1e-4: BatchNorm backward, big batch);
+  ``tensors_off``: how many of the step's tensors break bench/judge.py's rules (norm-wise
+  against eager, a gradient zero in exact arithmetic against the step's largest; within
+  3x eager's distance to float64), ``off`` the first of them: what "matches eager" means;
 * on CUDA, ``prof_kernels`` / ``prof_memcpy``: torch.profiler's count of the kernels
   and copies one timed step launched (``bench/device_metrics.py``), an independent count;
 * for a memory-bound workload (``Workload.memory_bound``), ``compulsory_bytes`` (inputs
@@ -37,7 +43,8 @@ updates do not leak between variants):
 
 Speed-ups are ``eager median / variant median`` (above 1 is faster), and fusionstitch's
 against Inductor's like for like (see :func:`speedups`). Writes
-``bench_<target>_<size>[_bf16]_<date>.json`` and a ``.png`` beside it into ``--out``.
+``bench[_models]_<target>_<size>[_bf16]_<date>.json``, a ``.md`` (versions, command,
+summary, the table) and a ``.png`` beside it into ``--out``.
 """
 from __future__ import annotations
 
@@ -53,8 +60,9 @@ import traceback
 if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.summary import (BASELINES, CUDA_GRAPH_VARIANTS, MAX_REL_ERR,  # noqa: E402,F401
-                           SHORT, TOLERANCE, VARIANTS, geomean, matches_eager, plot,
+from bench.judge import judge_step  # noqa: E402
+from bench.summary import (BASELINES, CUDA_GRAPH_VARIANTS, JUDGE, MAX_REL_ERR,  # noqa: E402,F401
+                           SHORT, TOLERANCE, VARIANTS, geomean, markdown, matches_eager, plot,
                            speedups, summarise, table, _fmt)
 from bench.timing import time_interleaved, versions  # noqa: E402
 
@@ -65,16 +73,12 @@ DEFAULT_WORKLOADS = ("mlp", "resnet_bottleneck_train", "transformer_encoder", "c
                      "cartpole", "adam", "layernorm_softmax_gelu", "softmax_chain")
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 # --- One step, counting, comparing ---------------------------------------------------
-def _flatten(out) -> list:
-    from fusionstitch.report.explain import flat_tensors
-    return flat_tensors(out)
-
-
 def lean_step(inst, fn):
     """A step function for timing: ``bench.workloads.step`` without its result clones
     (they would add the same copy time to every variant and hide differences)."""
     import torch
 
+    from bench.workloads import loss_of
     if inst.workload.mode == "inference":
         def run():
             with torch.no_grad():
@@ -84,12 +88,7 @@ def lean_step(inst, fn):
     def run():
         for p in inst.grad_params:
             p.grad = None
-        out = fn(*inst.args)
-        if isinstance(out, torch.Tensor) and out.dim() == 0:
-            loss = out
-        else:
-            loss = sum(o.float().sum() for o in _flatten(out) if o.is_floating_point())
-        loss.backward()
+        loss_of(inst.workload, fn(*inst.args)).backward()
     return run
 
 
@@ -203,6 +202,7 @@ def prepare_variant(name: str, size: str, variant: str, target: str,
 
     import torch
     import torch._inductor.metrics as inductor_metrics
+    from torch._dynamo.utils import counters as dynamo_counters
 
     import fusionstitch
     from bench import workloads as W
@@ -210,11 +210,15 @@ def prepare_variant(name: str, size: str, variant: str, target: str,
     fusionstitch.reset_stats()
     inst = W.make(name, size, device=_device(target), dtype=_torch_dtype(dtype))
     fn = _compile(variant, inst.fn, target, sink)
+    dynamo_counters.clear()
     start = time.perf_counter()
     outs = W.step(inst, fn)  # the first step: compiles forward and backward
     if target == "cuda":
         torch.cuda.synchronize()
     entry = {"first_call_s": time.perf_counter() - start}
+    if variant != "eager":   # what Dynamo made of it: graphs, and the breaks between them
+        entry["graphs"] = dynamo_counters["stats"]["unique_graphs"]
+        entry["graph_breaks"] = sum(dynamo_counters["graph_break"].values())
     run = lean_step(inst, fn)
     if variant == "inductor":   # (reduce-overhead finds them in the FX graph cache)
         entry["kernels"] = inductor_metrics.generated_kernel_count
@@ -230,6 +234,13 @@ def prepare_variant(name: str, size: str, variant: str, target: str,
     for ref, key in (("eager", "max_rel_err"), ("float64", "max_rel_err_f64")):
         if ref in references:
             entry[key] = max_rel_err(outs, references[ref])
+    if "eager" in references and "float64" in references:
+        rtol, slack = JUDGE[dtype]
+        off = judge_step(outs, references["eager"], references["float64"],
+                         len(inst.grad_params), len(inst.mutated), rtol, slack)
+        entry["tensors_off"] = len(off)
+        if off:
+            entry["off"] = off[:5]
     return entry, outs, run
 
 
@@ -366,7 +377,7 @@ def bench_workload(name: str, size: str, target: str, variants, *, repeat: int, 
     from torch._inductor.utils import fresh_cache
 
     from bench import workloads as W
-    row = {"workload": name, "mode": W.WORKLOADS[name].mode, "variants": {}}
+    row = {"workload": name, "mode": W.workload(name).mode, "variants": {}}
     entries, runs, references = row["variants"], {}, {}
     torch._dynamo.reset()
     # Inductor and fusionstitch compile into fresh cache folders: cold compiles
@@ -434,7 +445,7 @@ def _device_counts(name, size, target, dtype, runs, entries, references, row, co
         if counts is not None:
             entries[variant]["prof_kernels"] = counts["kernels"]
             entries[variant]["prof_memcpy"] = counts["memcpy"]
-    if not (copy_gbs and W.WORKLOADS[name].memory_bound and "eager" in references):
+    if not (copy_gbs and W.workload(name).memory_bound and "eager" in references):
         return
     inst = W.make(name, size, device=_device(target), dtype=_torch_dtype(dtype))
     row["compulsory_bytes"] = nbytes = compulsory_bytes(inst, references["eager"])
@@ -479,30 +490,35 @@ def bench_variants(target: str, against, cuda_graphs: str = "auto") -> list[str]
 def run(workloads, size: str = "full", target: str = "auto", against=("eager", "inductor"),
         repeat: int = 10, out_dir: str = DEFAULT_OUT, *, min_time: float = 0.5,
         command: str | None = None, dtype: str = "float32", cuda_graphs: str = "auto",
-        warm_start: bool = True) -> dict:
+        warm_start: bool = True, suite: str = "zoo") -> dict:
     """Benchmark ``workloads``; writes the JSON and PNG into ``out_dir``; returns the JSON dict
     (plus ``"json_path"``/``"png_path"``, not written into the file).
 
     ``dtype``: the workloads' floating dtype (``"float32"``, ``"bfloat16"``; a bf16 run's
     files are named ``..._bf16_<date>``). ``cuda_graphs``: see :func:`bench_variants`.
-    ``warm_start``: also time fusionstitch's warm starts (two more compiles a workload)."""
+    ``warm_start``: also time fusionstitch's warm starts (two more compiles a workload).
+    ``suite``: ``"models"`` names the files ``bench_models_...`` (the real models of
+    bench/models.py; any workload of either suite runs in either)."""
     import torch
 
+    from bench import models as M
     from bench import workloads as W
     from bench.device_metrics import copy_bandwidth
-    unknown = [w for w in workloads if w not in W.WORKLOADS]
+    unknown = [w for w in workloads if w not in W.registry(w)]
     if unknown:
-        raise KeyError(f"unknown workload(s) {unknown}; known: {', '.join(W.names())}")
+        raise KeyError(f"unknown workload(s) {unknown}; known: {', '.join(W.names())} and "
+                       f"the models: {', '.join(M.names())}")
     _torch_dtype(dtype)
     target = resolve_target(target)
     variants = bench_variants(target, against, cuda_graphs)
     vers = versions()
     command = command or _command(workloads, size, target, against, repeat, out_dir, min_time,
-                                  dtype=dtype, cuda_graphs=cuda_graphs, warm_start=warm_start)
+                                  dtype=dtype, cuda_graphs=cuda_graphs, warm_start=warm_start,
+                                  suite=suite)
     copy_gbs = (copy_bandwidth(_device(target))
-                if any(W.WORKLOADS[w].memory_bound for w in workloads) else None)
+                if any(W.workload(w).memory_bound for w in workloads) else None)
     meta = {"device": torch.cuda.get_device_name(0) if target == "cuda" else vers["cpu"],
-            "target": target, "size": size, "dtype": dtype, "repeat": repeat,
+            "suite": suite, "target": target, "size": size, "dtype": dtype, "repeat": repeat,
             "min_time_s": min_time, "variants": variants, "fusionstitch_strategy": "stitch",
             "timing": "variants interleaved, one run of each per round; medians",
             "inductor_cache": "fresh folder per workload (cold compile)",
@@ -510,7 +526,8 @@ def run(workloads, size: str = "full", target: str = "auto", against=("eager", "
             "versions": vers, "command": command, "date": vers["date"]}
     os.makedirs(out_dir, exist_ok=True)
     day = meta["date"][:10]
-    stem = os.path.join(out_dir, f"bench_{target}_{size}_"
+    stem = os.path.join(out_dir, "bench_" + ("models_" if suite == "models" else "")
+                        + f"{target}_{size}_"
                         + ("" if dtype == "float32" else "bf16_") + day)
     rows: list[dict] = []
     result = {"meta": {**meta, "complete": True}, "summary": summarise(rows, dtype),
@@ -526,21 +543,25 @@ def run(workloads, size: str = "full", target: str = "auto", against=("eager", "
         with open(stem + ".json", "w") as f:
             json.dump(_finite(result), f, indent=1, allow_nan=False)
             f.write("\n")
+        with open(stem + ".md", "w") as f:
+            f.write(markdown(result))
     title = (f"fusionstitch (stitch, target {target}) vs "
              f"{' / '.join(v for v in variants if v in BASELINES)}, size {size}, {dtype}\n"
              f"{meta['device']}, {meta['versions']['torch_threads']} threads, "
              f"torch {meta['versions']['torch']}, {day}")
     plot(rows, stem + ".png", title)
-    return {**result, "json_path": stem + ".json", "png_path": stem + ".png"}
+    return {**result, "json_path": stem + ".json", "png_path": stem + ".png",
+            "md_path": stem + ".md"}
 
 
 def _command(workloads, size, target, against, repeat, out_dir, min_time,
              prog="python -m bench.run", *, dtype="float32", cuda_graphs="auto",
-             warm_start=True) -> str:
+             warm_start=True, suite="zoo") -> str:
     """The command line that repeats this run (every option spelt out)."""
     out = os.path.relpath(out_dir) if os.path.abspath(out_dir).startswith(os.getcwd()) else out_dir
     return prog + " " + shlex.join(
-        ["--workloads", ",".join(workloads), "--size", size, "--target", target, "--against",
+        (["--suite", suite] if suite != "zoo" else [])
+        + ["--workloads", ",".join(workloads), "--size", size, "--target", target, "--against",
          ",".join(against), "--repeat", str(repeat), "--min-time", str(min_time),
          "--dtype", dtype, "--cuda-graphs", cuda_graphs]
         + ([] if warm_start else ["--no-warm-start"]) + ["--out", out])
@@ -562,8 +583,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.run") -> in
     from eager (see :func:`matches_eager`) or a variant failed."""
     p = argparse.ArgumentParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
-                   help="comma-separated zoo workload names (default: %(default)s)")
+    p.add_argument("--suite", default="zoo", choices=("zoo", "models"),
+                   help="zoo: the fusion workloads of bench/workloads.py; models: the real "
+                        "transformers models of bench/models.py, each <arch>_infer and "
+                        "<arch>_train (default: %(default)s)")
+    p.add_argument("--workloads", default=None,
+                   help="comma-separated workload names (default: the suite's, for the zoo "
+                        f"{','.join(DEFAULT_WORKLOADS)}; for the models all of them)")
     p.add_argument("--size", default="full", choices=("small", "full"))
     p.add_argument("--target", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--against", default="eager,inductor",
@@ -585,7 +611,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.run") -> in
                         "(default: %(default)s)")
     p.add_argument("--out", default=DEFAULT_OUT, help="results folder (default: bench/results)")
     args = p.parse_args(argv)
-    names = [w for w in args.workloads.split(",") if w]
+    if args.workloads is None:
+        from bench import models
+        names = list(DEFAULT_WORKLOADS) if args.suite == "zoo" else models.names()
+    else:
+        names = [w for w in args.workloads.split(",") if w]
     against = [a for a in args.against.split(",") if a]
     try:   # a wrong combination is a usage error, before anything runs
         bench_variants(resolve_target(args.target), against, args.cuda_graphs)
@@ -593,10 +623,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.run") -> in
         p.error(str(e))
     command = _command(names, args.size, args.target, against, args.repeat, args.out,
                        args.min_time, prog, dtype=args.dtype, cuda_graphs=args.cuda_graphs,
-                       warm_start=args.warm_start)
+                       warm_start=args.warm_start, suite=args.suite)
     result = run(names, args.size, args.target, against, args.repeat, args.out,
                  min_time=args.min_time, command=command, dtype=args.dtype,
-                 cuda_graphs=args.cuda_graphs, warm_start=args.warm_start)
+                 cuda_graphs=args.cuda_graphs, warm_start=args.warm_start, suite=args.suite)
     print(table(result["rows"], result["meta"]["variants"]))
     s = result["summary"]
     print("\ngeomean speed-up: " + ", ".join(

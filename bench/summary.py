@@ -21,7 +21,16 @@ MAX_REL_ERR = 1e-4
 TOLERANCE = {"float32": (MAX_REL_ERR, 1.0), "bfloat16": (2e-2, 2.0)}   # (rel err, slack)
 
 
+# bench/judge.py's rules per dtype (rtol norm-wise, slack against float64): what a run
+# records as ``tensors_off`` where it has both references, eager's and float64's
+JUDGE = {"float32": (1e-4, 3.0), "bfloat16": (2e-2, 3.0)}
+
+
 def matches_eager(entry: dict, eager: dict, dtype: str = "float32") -> bool:
+    """bench/judge.py's verdict where the run recorded one (``tensors_off``: 0), else
+    the element-wise errors: within TOLERANCE of eager, or as close to float64."""
+    if "tensors_off" in entry:
+        return entry["tensors_off"] == 0
     tol, slack = TOLERANCE[dtype]
     err, mine, theirs = (entry.get("max_rel_err"), entry.get("max_rel_err_f64"),
                          eager.get("max_rel_err_f64"))
@@ -110,9 +119,13 @@ def table(rows: list[dict], variants) -> str:
         ("eager ops", "eager", "ops", "d"), ("ind kernels", "inductor", "kernels", "d"),
         ("fs kernels", "fusionstitch", "kernels", "d"),
         ("fs libcalls", "fusionstitch", "library_calls", "d"),
+        ("fs fallbacks", "fusionstitch", "fallbacks", "d"),
+        ("graph breaks", "fusionstitch", "graph_breaks", "d"),
         ("fs err", "fusionstitch", "max_rel_err", ".1e"),
         ("fs err f64", "fusionstitch", "max_rel_err_f64", ".1e"),
-        ("eager err f64", "eager", "max_rel_err_f64", ".1e")]
+        ("eager err f64", "eager", "max_rel_err_f64", ".1e"),
+        ("fs off", "fusionstitch", "tensors_off", "d"),
+        ("ind off", "inductor", "tensors_off", "d")]
     cols = [c for c in cols if ind or "ind" not in c[0]]
     if "fusionstitch_cudagraphs" in variants:
         cols[cols.index(("fs/ind", "speedup", "fusionstitch_vs_inductor", ".2f")) + 1:0] = [
@@ -134,6 +147,37 @@ def table(rows: list[dict], variants) -> str:
             x = x * 1e3 if key == "median_s" and x is not None else x
             cells.append("fail" if "error" in d else _fmt(x, spec))
         lines.append(f"| {r['workload']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown(result: dict) -> str:
+    """The run as a markdown page: what ran where (device, versions, date, command), the
+    summary, the table."""
+    meta, s = result["meta"], result["summary"]
+    v = meta["versions"]
+    lines = [f"# fusionstitch bench: suite {meta.get('suite', 'zoo')}, target {meta['target']}, "
+             f"size {meta['size']}, {meta['dtype']}", "",
+             f"- device: {meta['device']}, {v.get('cpu_count')} cores, "
+             f"{v.get('torch_threads')} torch threads" + (f", GPU {v['gpu']}" if v.get("gpu")
+                                                          else ""),
+             f"- versions: torch {v.get('torch')}, triton {v.get('triton')}, python "
+             f"{v.get('python')}, fusionstitch {v.get('fusionstitch')}, {v.get('platform')}",
+             f"- date: {meta['date']}" + ("" if meta.get("complete", True) else
+                                         " (incomplete: stopped before the last workload)"),
+             f"- command: `{meta['command']}`",
+             f"- timing: {meta['timing']}; Inductor: {meta['inductor_cache']}", ""]
+    lines += [f"- geomean speed-up {k.removeprefix('geomean_speedup_').replace('_', ' ')}: "
+              f"{x:.2f}x" for k, x in s.items() if k.startswith("geomean_speedup_") and x]
+    mism = s.get("fusionstitch_mismatches") or []
+    lines += [f"- fusionstitch matches eager (bench/judge.py): "
+              + ("yes, every workload" if not mism else f"no: {', '.join(mism)}"),
+              f"- failed variants: {', '.join(s['failed']) if s.get('failed') else 'none'}",
+              "", "Columns: medians in ms; speed-ups are eager's median over the variant's "
+              "(fs = fusionstitch, ind = Inductor); compile s: the first (cold) step; "
+              "kernels per step; err: largest per-tensor max|x - ref| / max|ref| of the "
+              "first step (noise on gradients that are zero in exact arithmetic); off: "
+              "tensors breaking bench/judge.py's rules.", "",
+              table(result["rows"], meta["variants"]), ""]
     return "\n".join(lines)
 
 

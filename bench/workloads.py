@@ -31,7 +31,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["Workload", "Instance", "WORKLOADS", "names", "make", "step"]
+__all__ = ["Workload", "Instance", "WORKLOADS", "names", "make", "make_from", "registry",
+           "workload", "step", "loss_of"]
 
 
 # --------------------------------------------------------------------------- #
@@ -54,6 +55,9 @@ class Workload:
     # no GEMM or convolution: time is memory traffic (and launches), so the bench reports
     # the bandwidth each variant achieved against the device's copy bandwidth
     memory_bound: bool = False
+    # a train step backpropagates the first output alone (a model's loss); the others
+    # are outputs to compare (bench/models.py); otherwise it backpropagates the sum of all
+    loss_first: bool = False
 
 
 @dataclass
@@ -709,9 +713,34 @@ def make(name: str, size: str = "small", device="cpu", dtype=torch.float32, seed
     Deterministic: everything random comes from a local generator seeded with ``seed``
     (the global RNG state is left untouched).
     """
+    return make_from(registry(name), name, size, device, dtype, seed, **overrides)
+
+
+def registry(name: str) -> dict:
+    """The registry holding workload ``name``: this zoo's, or the real models' of
+    bench/models.py (``gpt2_train``, ...); this zoo's when neither has it."""
     if name not in WORKLOADS:
-        raise KeyError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
-    w = WORKLOADS[name]
+        from bench import models
+        if name in models.WORKLOADS:
+            return models.WORKLOADS
+    return WORKLOADS
+
+
+def workload(name: str) -> Workload:
+    """The :class:`Workload` called ``name``, in the zoo or among the models."""
+    reg = registry(name)
+    if name not in reg:
+        raise KeyError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)} and the "
+                       "models of bench/models.py")
+    return reg[name]
+
+
+def make_from(registry: dict, name: str, size: str, device, dtype, seed: int,
+              **overrides) -> Instance:
+    """:func:`make` for the workloads of ``registry`` (this zoo, or bench/models.py's)."""
+    if name not in registry:
+        raise KeyError(f"unknown workload {name!r}; known: {', '.join(registry)}")
+    w = registry[name]
     if size not in w.sizes:
         raise KeyError(f"unknown size {size!r} for {name!r}; known: {', '.join(w.sizes)}")
     params = dict(w.sizes[size])
@@ -726,6 +755,16 @@ def make(name: str, size: str = "small", device="cpu", dtype=torch.float32, seed
     fn, args, grad_params = built[:3]
     mutated = list(built[3]) if len(built) > 3 else []
     return Instance(w, fn, tuple(args), list(grad_params), mutated, params)
+
+
+def loss_of(workload: Workload, out) -> torch.Tensor:
+    """What a train step backpropagates: the output when it is a scalar, the first output
+    for a ``loss_first`` workload, else the sum of every floating output."""
+    if isinstance(out, torch.Tensor) and out.dim() == 0:
+        return out
+    if workload.loss_first:
+        return out[0]
+    return sum(o.float().sum() for o in _flatten(out) if o.is_floating_point())
 
 
 def _flatten(out) -> list:
@@ -750,11 +789,7 @@ def step(inst: Instance, fn: Callable | None = None) -> list[torch.Tensor]:
             p.grad = None
         out = fn(*inst.args)
         outs = _flatten(out)
-        if isinstance(out, torch.Tensor) and out.dim() == 0:
-            loss = out
-        else:
-            loss = sum(o.float().sum() for o in outs if o.is_floating_point())
-        loss.backward()
+        loss_of(inst.workload, out).backward()
         grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
                  for p in inst.grad_params]
     outs = [o.detach().clone() for o in outs]

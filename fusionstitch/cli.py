@@ -182,14 +182,18 @@ def _explain_command(args) -> int:
 
 # --- fusionstitch bench: options here, the benchmark itself in bench/run.py --------------
 def _bench_command(args) -> int:
-    """`fusionstitch bench`: time zoo workloads under eager, Inductor and fusionstitch."""
+    """`fusionstitch bench`: time zoo workloads or models under eager, Inductor and
+    fusionstitch."""
     _bench_module()  # puts the repository root (where bench/ lives) on sys.path
     from bench import run
     argv = []
-    for opt in ("workloads", "size", "target", "against", "repeat", "min_time", "out"):
+    for opt in ("suite", "workloads", "size", "target", "against", "repeat", "min_time",
+                "dtype", "cuda_graphs", "out"):
         value = getattr(args, opt)
         if value is not None:  # unset options take bench/run.py's defaults
             argv += ["--" + opt.replace("_", "-"), str(value)]
+    if not args.warm_start:
+        argv.append("--no-warm-start")
     return run.main(argv, prog="fusionstitch bench")
 
 
@@ -211,13 +215,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="output folder (created when missing)")
     p.add_argument("--strategy", default="stitch", choices=("none", "xla", "stitch"))
     p.add_argument("--target", default="auto", choices=("auto", "cuda", "cpu", "interpret"))
-    p = sub.add_parser("bench", help="time zoo workloads: eager, Inductor, fusionstitch")
-    p.add_argument("--workloads", help="comma-separated zoo workload names")
+    p = sub.add_parser("bench", help="time zoo workloads or real models: eager, Inductor, "
+                                     "fusionstitch")
+    p.add_argument("--suite", choices=("zoo", "models"),
+                   help="zoo workloads (the default) or the transformers models")
+    p.add_argument("--workloads", help="comma-separated workload names (default: the suite's)")
     p.add_argument("--size", choices=("small", "full"))
     p.add_argument("--target", choices=("auto", "cpu", "cuda"))
     p.add_argument("--against", help="baselines beside fusionstitch: eager,inductor")
     p.add_argument("--repeat", type=int, help="at least this many timed runs per variant")
     p.add_argument("--min-time", type=float, help="time until the runs add up to this (s)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"))
+    p.add_argument("--cuda-graphs", choices=("auto", "on", "off"))
+    p.add_argument("--no-warm-start", dest="warm_start", action="store_false",
+                   help="skip timing fusionstitch's warm starts")
     p.add_argument("--out", help="results folder (default: bench/results)")
     args = parser.parse_args(argv)
     if args.command == "bench":

@@ -209,13 +209,16 @@ def _elementwise(L: Lowerer, node, idx) -> str | None:
     if op == "prims.fma.default":
         x, y, z = (operand(L, v, idx, shape, out) for v in a[:3])
         return L.op("add", (L.op("mul", (x, y), out), z), out)
-    if op in ("clamp.default", "clamp_min.default", "clamp_max.default", "relu.default"):
+    if op in ("clamp.default", "clamp_min.default", "clamp_max.default", "relu.default",
+              "hardtanh.default"):
         b = bind(node)
         v = operand(L, a[0], idx, shape, out)
         lo = 0 if op == "relu.default" else b.get("min")
         hi = b.get("max") if op != "clamp_min.default" else None
         if op == "clamp_max.default":
             lo, hi = None, b.get("max")
+        if op == "hardtanh.default":   # relu6 (MobileNet): a clamp, NaN kept as clamp keeps it
+            lo, hi = b["min_val"], b["max_val"]
         if lo is not None:
             v = L.op("maximum", (v, operand(L, lo, idx, shape, out)), out)
         if hi is not None:
@@ -370,6 +373,15 @@ def _index_map(L: Lowerer, node, idx, element):
         raise Unsupported(f"{op} read as a whole")
     if op == "cat.default":
         return _cat(L, node, idx)
+    if op == "slice_scatter.default":
+        return _slice_scatter(L, node, idx)
+    if op == "repeat.default":
+        # out[.., i_k, ..] = x[.., i_k mod size_k, ..] over x's dims (the trailing ones)
+        src = g[a[0].name].type.shape
+        lead = len(out_shape) - len(src)
+        return a[0].name, None, tuple(
+            E.mod(idx[lead + j], L.size(n)) if n != out_shape[lead + j] else idx[lead + j]
+            for j, n in enumerate(src))
     if op == "constant_pad_nd.default":
         return _pad(L, node, idx)
     if op == "embedding.default":
@@ -399,9 +411,45 @@ def _index_map(L: Lowerer, node, idx, element):
         res = list(idx)
         res[d] = E.Value(L.cast(k, "i64"))
         return b["self"].name, None, tuple(res)
+    if op in ("index.Tensor", "_unsafe_index.Tensor"):
+        return _advanced_index(L, node, idx)
     if op in ("arange.start_step", "arange.default", "arange.start", "iota.default"):
         raise Unsupported(f"{op}")
     return None
+
+
+def _advanced_index(L: Lowerer, node, idx):
+    """x[i0, i1, ...] with integer index tensors (a padding mask read at [batch, kv]
+    positions, position ids): the index tensors broadcast to one shape B; the output is
+    x's leading full dims, B, x's trailing dims when the indexed dims are adjacent, else
+    B first (numpy's rules). A negative index counts from the end, as in eager."""
+    b = bind(node)
+    src = L.graph[b["self"].name].type.shape
+    indices = list(b["indices"])
+    refs = [(d, v) for d, v in enumerate(indices) if v is not None]
+    if any(not isinstance(v, Ref) for _, v in refs):
+        raise Unsupported(f"{node.op} with a literal index")
+    types = [L.graph[v.name].type for _, v in refs]
+    if any(t.dtype in ("b8", "u8") for t in types):
+        raise Unsupported(f"{node.op} with a boolean mask (a data-dependent shape)")
+    bshape = tuple(torch.broadcast_shapes(*(t.shape for t in types)))
+    dims = [d for d, _ in refs]
+    adjacent = dims == list(range(dims[0], dims[-1] + 1))
+    at = dims[0] if adjacent else 0        # where B's dims sit in the output
+    bidx = tuple(idx[at:at + len(bshape)])
+    rest = iter(tuple(idx[:at]) + tuple(idx[at + len(bshape):]))
+    res = []
+    for d in range(len(src)):
+        if d not in dims:
+            res.append(next(rest))
+            continue
+        v, t = dict(refs)[d], types[dims.index(d)]
+        k = L.cast(L.value(v.name, broadcast_index(bidx, bshape, t.shape)), "i64")
+        n = L.const(src[d], "i64")
+        k = L.op("where", (L.op("lt", (k, L.const(0, "i64")), "b8"),
+                           L.op("add", (k, n), "i64"), k), "i64")
+        res.append(E.Value(k))
+    return b["self"].name, None, tuple(res)
 
 
 def _split_item(L: Lowerer, src_node, i: int, idx):
@@ -453,6 +501,43 @@ def _cat(L: Lowerer, node, idx):
     return result
 
 
+def _slice_bounds(size: int, start, end, step) -> tuple[int, int, int]:
+    """slice.Tensor's start, end, step on a dim of `size` (None, negatives, clamping)."""
+    start = 0 if start is None else start
+    end = size if end is None else end
+    start, end = (v + size if v < 0 else v for v in (start, end))
+    start = min(max(start, 0), size)
+    return start, min(max(end, start), size), step or 1
+
+
+def _slice_scatter(L: Lowerer, node, idx):
+    """slice_scatter(x, src, dim, start, end, step), the backward of a slice (rotary
+    embeddings' halves): src's element where the slice reads, x's elsewhere."""
+    b = bind(node)
+    shape = node.type.shape
+    d = _norm(b["dim"], len(shape))
+    start, end, step = _slice_bounds(shape[d], b["start"], b["end"], b["step"])
+    count = L.graph[b["src"].name].type.shape[d]
+    out = compute_dtype(node.type.dtype)
+    base = L.cast(L.value(b["self"].name, tuple(idx)), out)
+    if count == 0:
+        return base
+    pos = L.index(idx[d])
+    inside = L.op("and", (L.op("ge", (pos, L.index(E.Const(start))), "b8"),
+                          L.op("lt", (pos, L.index(E.Const(start + (count - 1) * step + 1))),
+                                "b8")), "b8")
+    if step > 1:
+        # (i - start) mod step == 0, kept non-negative: add a multiple of step >= start
+        shifted = E.add(idx[d], E.Const(-(start % step) + step))
+        on_step = L.op("eq", (L.index(E.mod(shifted, E.Const(step))), L.index(E.ZERO)), "b8")
+        inside = L.op("and", (inside, on_step), "b8")
+    sub = list(idx)
+    sub[d] = E.floordiv(E.add(idx[d], E.Const(-start)), E.Const(step))
+    with L.masked(inside):
+        v = L.cast(L.value(b["src"].name, tuple(sub)), out)
+    return L.op("where", (inside, v, base), out)
+
+
 def _pad(L: Lowerer, node, idx):
     b = bind(node)
     src = L.graph[b["self"].name].type.shape
@@ -461,14 +546,16 @@ def _pad(L: Lowerer, node, idx):
     sub = list(idx)
     conds = []
     for k in range(len(pad) // 2):
+        # the source index is idx - lo; a negative pad crops (a pad's backward, MobileNet's
+        # "same" padding): no bound to check on that side, the output is inside the source
         d = len(src) - 1 - k
-        lo = pad[2 * k]
-        if lo < 0 or pad[2 * k + 1] < 0:
-            raise Unsupported("constant_pad_nd with negative padding")
+        lo, hi = pad[2 * k], pad[2 * k + 1]
         sub[d] = E.add(idx[d], E.Const(-lo)) if lo else idx[d]
         p = L.index(idx[d])
-        conds.append(L.op("ge", (p, L.index(E.Const(lo))), "b8"))
-        conds.append(L.op("lt", (p, L.index(E.add(E.Const(lo), L.size(src[d])))), "b8"))
+        if lo > 0:
+            conds.append(L.op("ge", (p, L.index(E.Const(lo))), "b8"))
+        if hi > 0:
+            conds.append(L.op("lt", (p, L.index(E.add(E.Const(lo), L.size(src[d])))), "b8"))
     inside = conds[0] if conds else None
     for c in conds[1:]:
         inside = L.op("and", (inside, c), "b8")
@@ -640,6 +727,7 @@ SUPPORTED_OPS = frozenset(
     set(_UNARY) | set(_BINARY) | set(_COMPARE) | set(_LOGICAL) | set(_PREDICATES) | set(_KIND)
     | {"add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar", "rsub.Scalar",
        "div.Tensor_mode", "where.self", "prims.fma.default", "clamp.default",
+       "hardtanh.default", "slice_scatter.default", "repeat.default",
        "clamp_min.default", "clamp_max.default", "relu.default", "gelu.default",
        "silu.default", "_to_copy.default", "clone.default", "alias.default",
        "lift_fresh_copy.default", "detach.default", "_conj.default", "copy.default",
@@ -650,4 +738,4 @@ SUPPORTED_OPS = frozenset(
        "expand.default", "unsqueeze.default", "squeeze.dim", "squeeze.dims",
        "squeeze.default", "slice.Tensor", "select.int", GETITEM, "split_with_sizes.default",
        "split.Tensor", "cat.default", "constant_pad_nd.default", "embedding.default",
-       "gather.default", "index_select.default"})
+       "gather.default", "index_select.default", "index.Tensor", "_unsafe_index.Tensor"})

@@ -128,6 +128,11 @@ def fx_to_ir(gm: torch.fx.GraphModule, specs: list[Any], name: str = "graph") ->
                 elem = types[src.name]
                 if not isinstance(elem, TupleType):
                     raise Unsupported(f"getitem on non-tuple %{src.name}")
+                if elem.elements[args[1]] is None:
+                    # a number among an op's results (flash attention's max_q): its value
+                    # for these sizes, as for other size arithmetic
+                    env[fx_node] = _number_result(fx_node)
+                    continue
                 env[fx_node] = add(Node(_ident(fx_node.name), GETITEM, (src, args[1]), (),
                                         elem.elements[args[1]]))
             else:
@@ -162,6 +167,17 @@ def fx_to_ir(gm: torch.fx.GraphModule, specs: list[Any], name: str = "graph") ->
             _log_fallback(op)
         env[fx_node] = add(Node(_ident(fx_node.name), op, args, kwargs, t))
     raise Unsupported("FX graph has no output node")
+
+
+def _number_result(fx_node: torch.fx.Node) -> Any:
+    """The value of a getitem that reads a non-tensor result of a multi-result op."""
+    if "val" not in fx_node.meta:
+        raise Unsupported(f"{fx_node.name} reads a non-tensor result of unknown value")
+    val = fx_node.meta["val"]
+    if val is None or isinstance(val, (int, float, bool)):
+        return val
+    raise Unsupported(f"{fx_node.name} reads a result {val!r} that is neither a tensor nor "
+                      "a concrete number")
 
 
 def _eval_size_query(op: str, args: tuple, types: dict[str, Type]) -> int:

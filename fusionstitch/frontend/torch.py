@@ -33,35 +33,11 @@ from ..runtime import counters as _stats
 from ..runtime.program import Program
 from ..report.debug import dumper
 from . import graph_cache, precompile
+from .decompositions import decompositions
 from .fx_to_ir import Unsupported, fx_to_ir, input_specs
 
 log = logging.getLogger("fusionstitch.frontend")
 _graph_ids = itertools.count()
-
-# Composite ops decomposed beyond core aten so the planner sees the reductions and
-# elementwise ops inside them (XLA's HLO and the papers fuse at that level too).
-_EXTRA_DECOMPOSITIONS = (
-    "_softmax", "_log_softmax", "native_layer_norm", "native_batch_norm",
-    "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-    "_native_batch_norm_legit_no_training",
-)
-
-
-_DECOMPOSITIONS: list[dict] = []
-
-
-def decompositions() -> dict:
-    """The decomposition table AOTAutograd traces with (a copy). Built once per process:
-    torch's core-aten table takes 0.2-0.8 s to assemble, which every compiled graph paid."""
-    if not _DECOMPOSITIONS:
-        from torch._decomp import core_aten_decompositions, get_decompositions
-        table = dict(core_aten_decompositions())
-        table.update(get_decompositions([getattr(torch.ops.aten, n)
-                                         for n in _EXTRA_DECOMPOSITIONS
-                                         if hasattr(torch.ops.aten, n)]))
-        _DECOMPOSITIONS.append(table)
-    return dict(_DECOMPOSITIONS[0])
-
 
 def strict() -> bool:
     """FUSIONSTITCH_STRICT=1: errors raise instead of falling back to torch (config.strict)."""

@@ -28,6 +28,7 @@ DTYPES: dict[str, torch.dtype] = {
     "i16": torch.int16,
     "i8": torch.int8,
     "u8": torch.uint8,
+    "u64": torch.uint64,   # flash attention's RNG state: passed between library calls only
     "b8": torch.bool,
     "c64": torch.complex64,
     "c128": torch.complex128,
@@ -94,7 +95,8 @@ class TensorType:
 class TupleType:
     """The type of a multi-result op (aten ops returning tuples or lists).
 
-    An element is None where the op returns None in that position.
+    An element is None where the op returns None or a number (not a tensor) in that
+    position; the frontend replaces a read of such a number by its value.
     """
 
     elements: tuple[TensorType | None, ...]

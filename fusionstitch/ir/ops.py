@@ -132,7 +132,23 @@ _LIBRARY = _names("""
     max_pool2d_with_indices_backward.default avg_pool2d.default avg_pool2d_backward.default
     _adaptive_avg_pool2d.default _adaptive_avg_pool2d_backward.default
     cumsum.default cumprod.default sort.default topk.default
+""") + _names("""
+    _scaled_dot_product_flash_attention_for_cpu.default
+    _scaled_dot_product_flash_attention_for_cpu_backward.default
+    _scaled_dot_product_flash_attention.default _scaled_dot_product_flash_attention_backward.default
+    _scaled_dot_product_efficient_attention.default
+    _scaled_dot_product_efficient_attention_backward.default
+    _scaled_dot_product_cudnn_attention.default _scaled_dot_product_cudnn_attention_backward.default
+    _scaled_dot_product_fused_attention_overrideable.default
+    _scaled_dot_product_fused_attention_overrideable_backward.default
+    _flash_attention_forward.default _flash_attention_backward.default
+    _efficient_attention_forward.default _efficient_attention_backward.default
 """)
+# torch's fused attention kernels (every scaled_dot_product_attention backend, forward and
+# backward) run as library calls, as Inductor keeps them as fallback kernels: their outputs
+# (the logsumexp, the RNG state of dropout) are what their backward reads, so a
+# decomposition must not stand in for them (frontend/decompositions.py keeps them whole)
+ATTENTION = frozenset(n for n in _LIBRARY if "attention" in n)
 _SOURCE = _names("""
     full.default zeros.default ones.default empty.memory_format empty_strided.default
     scalar_tensor.default arange.default arange.start arange.start_step
@@ -142,10 +158,20 @@ _SOURCE = _names("""
     native_dropout.default randint.low randperm.default
     prims.iota.default
 """)
+
+
+def _seeded(name: str) -> bool:
+    """torch tags the op as drawing from the RNG (an attention op's dropout, when
+    dropout_p > 0): it must be neither merged with a twin nor dropped."""
+    packet, overload = name.split(".")
+    op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
+    return op is None or torch.Tag.nondeterministic_seeded in op.tags
+
+
 _RANDOM = frozenset(_names("""
     rand.default randn.default rand_like.default randn_like.default bernoulli.p bernoulli.default
     native_dropout.default randint.low randperm.default
-"""))
+""")) | frozenset(n for n in ATTENTION if _seeded(n))
 
 
 def _build_table() -> dict[str, OpDef]:
@@ -233,12 +259,19 @@ def call_reference(op: str, args: tuple, kwargs: tuple, env: dict[str, Any]) -> 
               **{k: _materialise(v, env) for k, v in kwargs})
 
 
+_NUMBERS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
 def type_of_value(value: Any, op: str = "?") -> Type:
-    """The IR type of a torch result (tensor, or tuple/list of tensors and Nones)."""
+    """The IR type of a torch result (tensor, or tuple/list of tensors and Nones).
+
+    A number inside a tuple (flash attention's max_q / max_k) has no tensor type: its
+    element is None, as for a None result, and the frontend reads the number itself."""
     if isinstance(value, torch.Tensor):
         return TensorType(tuple(int(d) for d in value.shape), dtype_name(value.dtype))
     if isinstance(value, (tuple, list)):
-        return TupleType(tuple(None if v is None else type_of_value(v, op) for v in value))
+        return TupleType(tuple(None if v is None or isinstance(v, _NUMBERS)
+                               else type_of_value(v, op) for v in value))
     raise TypeError(f"op {op} returned {type(value).__name__}; expected a tensor or a tuple "
                     "of tensors")
 

@@ -138,7 +138,7 @@ class Program:
                     args = [_Slot(slot_of[node.args[0].name]), node.args[1]]
                     kwargs = {}
                 else:
-                    fn = resolve_overload(node.op)
+                    fn = _RESHAPING.get(node.op) or resolve_overload(node.op)
                     args = [_template(a, slot_of) for a in node.args]
                     kwargs = {k: _template(v, slot_of) for k, v in node.kwargs}
                 ops.append((slot_of[name], fn, args, kwargs, dead_after.get(name, ())))
@@ -288,6 +288,18 @@ def _convert(value: Any, convert: tuple) -> Any:
 
 def _getitem(seq, index):
     return seq[index]
+
+
+def _reshape(x: torch.Tensor, shape) -> torch.Tensor:
+    return x.reshape(shape)
+
+
+# The IR's views are logical (a reshape in row-major order); the graph's `view` calls
+# were valid for the layouts torch had when it traced them. A library call may return
+# another layout here (the CPU flash attention's output follows its query's strides,
+# and the query may now come from one of our kernels, contiguous), so a view runs as a
+# reshape: the same view where the memory allows it, else a copy (as Inductor does).
+_RESHAPING = {"view.default": _reshape, "_unsafe_view.default": _reshape}
 
 
 def _demoted(plan: FusionPlan, target: str):

@@ -183,3 +183,26 @@ def test_bench_workload_fresh_caches_and_sink(monkeypatch, fresh):
     fs = row["variants"]["fusionstitch"]
     assert "error" not in fs and ("warm_start_s" in fs) == fresh
     assert [cg.kind for cg in sink] == ["inference"] and sink[0].specialisations
+
+
+def test_cli_bench_model_suite(tmp_path, capsys):
+    """--suite models: a transformers model beside eager; its files say so, and the row
+    has Dynamo's graphs and graph breaks and fusionstitch's fallbacks."""
+    pytest.importorskip("transformers")
+    from fusionstitch.cli import main
+    rc = main(["bench", "--suite", "models", "--workloads", "gpt2_infer", "--size", "small",
+               "--target", "cpu", "--against", "eager", "--repeat", "3", "--min-time", "0",
+               "--no-warm-start", "--out", str(tmp_path)])
+    assert rc == 0
+    assert "gpt2_infer" in capsys.readouterr().out
+    [path] = tmp_path.glob("bench_models_cpu_small_*.json")
+    data = json.loads(path.read_text())
+    assert data["meta"]["suite"] == "models"
+    assert data["meta"]["command"].startswith("fusionstitch bench --suite models --workloads")
+    fs = data["rows"][0]["variants"]["fusionstitch"]
+    assert fs["graphs"] >= 1 and fs["graph_breaks"] == 0 and fs["fallbacks"] == 0
+    assert fs["library_calls"] >= 1   # GEMMs and the attention
+    assert fs["max_rel_err"] <= 1e-4 and fs["tensors_off"] == 0
+    md = (tmp_path / path.name.replace(".json", ".md")).read_text()
+    assert data["meta"]["command"] in md and "torch " + data["meta"]["versions"]["torch"] in md
+    assert "| gpt2_infer |" in md

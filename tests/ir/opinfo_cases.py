@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import opinfo_elementwise  # noqa: F401  (registers the elementwise cases)
+from fusionstitch.ir.ops import ATTENTION
 from opinfo_core import (  # noqa: F401
     Args, Bool, CASES, Const, Cplx, F32, FLOATS, Fl, IF, Idx, InferTypeMismatch,
     InputMutated, Int, OpCase, Perm, Special, UniqueIdx, Xfail, _all, _uniform,
@@ -742,6 +743,9 @@ for _name in """convolution_backward.default max_pool2d_with_indices.default
                 _adaptive_avg_pool2d_backward.default cumsum.default cumprod.default
                 sort.default topk.default""".split():
     NOT_COVERED[_name] = "LIBRARY op (run by torch as is; only convolution is swept)"
+for _name in sorted(ATTENTION):
+    NOT_COVERED[_name] = ("LIBRARY op (fused attention, run by torch as is): "
+                          "tests/frontend/test_attention.py")
 NOT_COVERED["prims.fma.default"] = ("registered by torch._inductor.inductor_prims; emitted by "
                                     "decompositions, covered by the zoo's adam workload")
 

@@ -1,7 +1,7 @@
-"""frontend/torch.py: the decomposition table AOTAutograd traces with."""
+"""frontend/decompositions.py: the table AOTAutograd traces with is built once."""
 import torch
 
-from fusionstitch.frontend.torch import decompositions
+from fusionstitch.frontend.decompositions import decompositions
 
 
 def test_decomposition_table_is_built_once_and_handed_out_as_copies():

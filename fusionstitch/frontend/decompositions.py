@@ -1,0 +1,76 @@
+"""The decomposition table AOTAutograd applies before the frontend sees a graph.
+
+torch's core-aten table, plus the composite ops we want to see inside (softmax, layer,
+batch and group norm: the planner fuses the reductions and elementwise ops they are made
+of, as XLA's HLO and the papers do), less the ops that must stay whole.
+
+A decomposition stands in for its op everywhere below autograd: the op's backward
+formula reads the decomposition's outputs (`_scaled_dot_product_flash_attention_for_cpu`'s
+backward reads its second output as the logsumexp; torch's decomposition of it returned
+the attention matrix there, and every SDPA gradient was wrong). So every entry we rely
+on is checked against the op itself, outputs (count, shapes, dtypes, values) and
+gradients, by tests/frontend/test_decompositions.py; an op whose decomposition is not
+its op stays whole and runs as a library call (ir/ops.py).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from ..ir.ops import ATTENTION, op_name
+
+# Composite ops decomposed beyond core aten so the planner sees the reductions and
+# elementwise ops inside them.
+EXTRA = (
+    "_softmax", "_log_softmax", "native_layer_norm", "native_batch_norm",
+    "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+    "_native_batch_norm_legit_no_training", "native_group_norm", "linalg_vector_norm",
+)
+
+# Decompositions of torch's tables that are not their op (found by the checks of
+# tests/frontend/test_decompositions.py), with the reason: the op runs whole instead.
+WRONG = {
+    # torch registers baddbmm's decomposition for every overload of the packet; on the
+    # out_dtype overload (CUDA only) it takes out_dtype for beta
+    "baddbmm.dtype": "binds out_dtype to beta",
+}
+
+# Ops torch runs whole, as library calls: every fused attention kernel (forward and
+# backward, each SDPA backend), whose extra outputs (logsumexp, dropout RNG state) are
+# what its backward reads (Inductor keeps them as fallback kernels too); and the above.
+KEEP_WHOLE = ATTENTION | frozenset(WRONG)
+
+
+def _keep_whole(op: torch._ops.OpOverload) -> bool:
+    return op_name(op) in KEEP_WHOLE
+
+
+def _weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    """ATen's own analytic formula of the fused weight-norm backward (the one its
+    double backward uses), made of ops we lower; torch's tables have none."""
+    return torch.ops.aten._weight_norm_differentiable_backward.default(
+        grad_w, saved_v, saved_g, saved_norms, dim)
+
+
+# Decompositions of ours, for ops torch's tables leave whole (checked like the others)
+OURS = {
+    "_weight_norm_interface_backward.default": _weight_norm_interface_backward,
+}
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict:
+    from torch._decomp import core_aten_decompositions, get_decompositions
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions([getattr(torch.ops.aten, n) for n in EXTRA
+                                     if hasattr(torch.ops.aten, n)]))
+    for name, fn in OURS.items():
+        packet, overload = name.split(".")
+        table[getattr(getattr(torch.ops.aten, packet), overload)] = fn
+    return {op: fn for op, fn in table.items() if not _keep_whole(op)}
+
+
+def decompositions() -> dict:
+    """{OpOverload: decomposition} for AOTAutograd (a fresh dict: callers may change it)."""
+    return dict(_table())
