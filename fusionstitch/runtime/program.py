@@ -6,7 +6,8 @@ strategy runs and how every plan is checked before code generation exists.
 It counts one launch per kernel group and one call per library group, so
 `stats()["kernels_launched"]` matches `explain().num_kernels`.
 
-Intermediates are dropped after their last use so peak memory stays as eager.
+Intermediates are dropped after their last use so peak memory stays as eager; on the
+CPU the memory of large ones may serve later kernel outputs (runtime/recycle.py).
 """
 from __future__ import annotations
 
@@ -133,7 +134,7 @@ class Program:
                 slot_of[n.name] for n in graph.nodes
                 if n.op not in (PARAMETER, CONSTANT) and isinstance(n.type, TensorType)
                 and n.type.nbytes >= recycle.MIN_BYTES)
-        self._pool: dict[int, list] = {}   # bytes -> storages of dead values (recycle.py)
+        self._pool = recycle.Pool()   # bytes -> storages of dead values (recycle.py)
         self.num_kernels = plan.num_kernels
         self.num_library_calls = plan.num_library_calls
         self.num_fallback_calls = plan.num_fallback_calls
@@ -141,13 +142,26 @@ class Program:
             "parameters must lead the graph"
 
     def __call__(self, inputs: list[torch.Tensor]) -> list[Any]:
+        if not self.recycled:
+            return self._run(inputs, None)
+        # the pool outlives the call only while its outputs do (recycle.py)
+        pool = self._pool
+        _recycle.begin(pool)
+        try:
+            outputs = self._run(inputs, pool)
+        except BaseException:
+            pool.busy -= 1
+            raise
+        _recycle.end(pool, outputs, inputs)
+        return outputs
+
+    def _run(self, inputs: list[torch.Tensor], pool: dict | None) -> list[Any]:
         values: list[Any] = [None] * self.num_slots
         for slot, t in zip(self.param_slots, inputs):
             values[slot] = t
         for slot, t in self.constants:
             values[slot] = t
         kernels = library = 0
-        pool = self._pool if self.recycled else None
         for kind, ops in self.steps:
             if kind == "generated":
                 step, dead = ops
