@@ -122,11 +122,17 @@ class Program:
         from ..ir.graph import TensorType
         from . import recycle
         self.recycled = frozenset()
-        # bytes -> how many kernel outputs of that size take memory from the pool
+        # bytes -> how many kernel outputs of that size take memory from the pool, in the
+        # whole plan and after each step (a value dying there is kept only for those)
         self._room: dict[int, int] = {}
-        for s in kernels.values():
-            for n in s.pooled.values():
-                self._room[n] = self._room.get(n, 0) + 1
+        self._room_after: list[dict[int, int]] = [{}] * len(steps)
+        for i in range(len(steps) - 1, -1, -1):
+            self._room_after[i] = self._room
+            kind, ops = steps[i]
+            if kind == "generated" and ops[0].pooled:
+                self._room = dict(self._room)
+                for n in ops[0].pooled.values():
+                    self._room[n] = self._room.get(n, 0) + 1
         if self.device.type == "cpu" and self._room and recycle.enabled():
             # not the inputs: the caller holds them (recycle.offer would refuse each, and
             # an optimizer step drops 160 a call)
@@ -134,7 +140,6 @@ class Program:
                 slot_of[n.name] for n in graph.nodes
                 if n.op not in (PARAMETER, CONSTANT) and isinstance(n.type, TensorType)
                 and n.type.nbytes >= recycle.MIN_BYTES)
-        self._pool = recycle.Pool()   # bytes -> storages of dead values (recycle.py)
         self.num_kernels = plan.num_kernels
         self.num_library_calls = plan.num_library_calls
         self.num_fallback_calls = plan.num_fallback_calls
@@ -142,18 +147,8 @@ class Program:
             "parameters must lead the graph"
 
     def __call__(self, inputs: list[torch.Tensor]) -> list[Any]:
-        if not self.recycled:
-            return self._run(inputs, None)
-        # the pool outlives the call only while its outputs do (recycle.py)
-        pool = self._pool
-        _recycle.begin(pool)
-        try:
-            outputs = self._run(inputs, pool)
-        except BaseException:
-            pool.busy -= 1
-            raise
-        _recycle.end(pool, outputs, inputs)
-        return outputs
+        # a pool of this call's dead values, gone when it returns (recycle.py)
+        return self._run(inputs, _recycle.Pool() if self.recycled else None)
 
     def _run(self, inputs: list[torch.Tensor], pool: dict | None) -> list[Any]:
         values: list[Any] = [None] * self.num_slots
@@ -162,19 +157,19 @@ class Program:
         for slot, t in self.constants:
             values[slot] = t
         kernels = library = 0
-        for kind, ops in self.steps:
+        for i, (kind, ops) in enumerate(self.steps):
             if kind == "generated":
                 step, dead = ops
                 step(values, pool)
                 if dead:
-                    self._drop(values, dead, pool)
+                    self._drop(values, dead, pool, i)
                 kernels += 1
                 continue
             for slot, fn, args, kwargs, dead in ops:
                 values[slot] = fn(*_fill(args, values), **{k: _fill(v, values)
                                                          for k, v in kwargs.items()})
                 if dead:
-                    self._drop(values, dead, pool)
+                    self._drop(values, dead, pool, i)
             if kind == KERNEL:
                 kernels += 1
             elif kind == LIBRARY:
@@ -187,13 +182,14 @@ class Program:
             return list(self._pick_outputs(values))
         return [_fill(o, values) for o in self.outputs]
 
-    def _drop(self, values: list, dead, pool: dict | None) -> None:
-        """Free the values of `dead` slots; the memory of recyclable ones goes to `pool`."""
+    def _drop(self, values: list, dead, pool: dict | None, step: int) -> None:
+        """Free the values of `dead` slots (after step number `step`); the memory of
+        recyclable ones goes to `pool` while later kernel outputs can take it."""
         recycled = self.recycled
         for d in dead:
             if d in recycled:
                 t, values[d] = values[d], None
-                _recycle.offer(pool, t, self._room)
+                _recycle.offer(pool, t, self._room_after[step])
             else:
                 values[d] = None
 

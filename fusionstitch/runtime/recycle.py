@@ -4,11 +4,10 @@ A fresh large CPU allocation comes from the operating system: glibc serves it
 with mmap (or regrows a heap it trimmed), and every 4 KiB page then faults and
 is zeroed on first touch. Capsule routing's step took 3,600 page faults this
 way per call (~5 ms of a 15 ms single-threaded step; Inductor's code, which
-reuses dead buffers, took 24). So a Program keeps the memory of values that
+reuses dead buffers, took 24). So a Program call keeps the memory of values that
 died (a pool of storages, by byte size) and gives it to later kernel outputs of
-the same size, in the same call or the next one (Inductor's buffer reuse,
-decided at run time where aliasing is known exactly, and kept across calls as
-PyTorch's CUDA caching allocator keeps GPU memory).
+the same size in the same call (Inductor's buffer reuse, decided at run time where
+aliasing is known exactly).
 
 "Nothing else can see it" is checked, not assumed: the tensor object has no
 other Python reference (so no caller, list or closure holds it) and its storage
@@ -16,19 +15,16 @@ has no other tensor (no view of it is alive: a free view group, a library op
 that returned a view, an output aliasing it). The whole storage is kept,
 whatever view of it died last.
 
-What is kept is bounded: a size is kept only as many times as the Program has
-kernel outputs of that size, and only sizes of at least MIN_BYTES take part
-(smaller blocks come from malloc's free lists, already warm).
-
-And it is kept only while it can serve the next call of the same Program: between
-calls, a Pool lives while (1) some tensor the last call returned (not one of its
-inputs) is alive, and (2) no other Program has started a call since. Once the caller
-has dropped every output (a result consumed, a loss after its backward), or another
-graph runs (a training step's backward after its forward: the forward's dead
-activations would otherwise sit beside the backward's peak), the pool is released:
-its memory goes back as eager's would. A loop that keeps the previous result while it
-computes the next (`y = f(x)` in a loop) keeps the pool warm. `held_bytes()` is what
-all pools hold now (the runtime's own accounting; tests read it).
+What is kept is bounded so that it never raises the peak for nothing: a dead value
+is kept only while the rest of the call still has more kernel outputs of its size
+than the pool holds (`room`: the Program passes, after each step, the count of the
+later ones), else it is freed at once, as eager frees it; only sizes of at least
+MIN_BYTES take part (smaller blocks come from malloc's free lists, already warm).
+Nothing is kept between calls: each call has its own Pool, gone when the call
+returns (an earlier version kept it for the next call: 512 MiB still held after
+the caller had dropped every output, and a training step's forward activations
+beside its backward's peak). `held_bytes()` is what the pools of running calls
+hold (the runtime's own accounting; tests read it).
 
 Knob: FUSIONSTITCH_RECYCLE=0 turns it off (every kernel output a fresh
 `torch.empty`, memory as eager holds it).
@@ -58,7 +54,7 @@ def enabled() -> bool:
 def offer(pool: dict, t, room: dict[int, int]) -> None:
     """Keep the CPU memory of `t` (a value that just died; the caller's last reference to
     it) in `pool` when no one else can see it and `room` (bytes -> how many kernel outputs
-    of that size the Program has) leaves a place for it. `t` may be the last of several
+    of that size the call has still to make) leaves a place for it. `t` may be the last of several
     views of one storage (a mm's result viewed and permuted): the whole storage is kept."""
     if type(t) is not torch.Tensor or not t.is_cpu or sys.getrefcount(t) > _SOLE_REFS \
             or t._use_count() != 1:        # C++ (an autograd node, a cache) holds it too
@@ -72,7 +68,7 @@ def offer(pool: dict, t, room: dict[int, int]) -> None:
     if free is None:
         if n in room:
             pool[n] = [st]
-    elif len(free) < room[n]:
+    elif len(free) < room.get(n, 0):
         free.append(st)
 
 
@@ -92,15 +88,11 @@ def take(pool: dict, shape, dtype: torch.dtype, nbytes: int) -> torch.Tensor:
 
 
 class Pool(dict):
-    """Storages of dead values of one Program, by byte size (`offer` and `take` use it as
-    a dict), with what decides how long it lives between calls (see the docstring)."""
+    """Storages of dead values of one Program call, by byte size (`offer` and `take` use
+    it as a dict); registered so that `held_bytes` can count it while it lives."""
 
     def __init__(self):
         super().__init__()
-        self.busy = 0            # calls of the Program running now
-        self.generation = 0      # calls finished; the watched outputs are the last one's
-        self.watched: list = []  # weak references to that call's outputs
-        self.alive = 0           # how many of them are still alive
         _POOLS[id(self)] = self
 
     def nbytes(self) -> int:
@@ -108,60 +100,9 @@ class Pool(dict):
 
 
 _POOLS: "weakref.WeakValueDictionary[int, Pool]" = weakref.WeakValueDictionary()
-_last: list = [None]   # a weak reference to the pool of the Program that started last
 
 
 def held_bytes() -> int:
-    """Bytes all pools hold now: memory of dead values kept for a later kernel output."""
+    """Bytes the pools of running Program calls hold: memory of dead values kept for a
+    later kernel output of the same call (0 between calls)."""
     return sum(p.nbytes() for p in list(_POOLS.values()))
-
-
-def release(pool: Pool) -> None:
-    """Give the pool's memory back (the storages are freed unless someone took one)."""
-    pool.clear()
-    pool.watched = []
-    pool.alive = 0
-
-
-def begin(pool: Pool) -> None:
-    """A call of `pool`'s Program starts: another Program's pool is released (it would
-    sit unused beside this call's values)."""
-    last = _last[0]
-    other = last() if last is not None else None
-    if other is not pool:
-        if other is not None and not other.busy:
-            release(other)
-        _last[0] = weakref.ref(pool)
-    pool.busy += 1
-
-
-def end(pool: Pool, outputs: list, inputs: list) -> None:
-    """A call finished with `outputs`: keep the pool while one of them (not an input,
-    which the caller holds anyway) is alive; release it now when none can be watched."""
-    pool.busy -= 1
-    pool.generation += 1
-    if pool.busy or not pool:
-        pool.watched = []
-        pool.alive = 0
-        return
-    given = {id(t) for t in inputs}
-    fresh = {id(t): t for t in outputs if isinstance(t, torch.Tensor) and id(t) not in given}
-    if not fresh:
-        release(pool)
-        return
-    callback = _output_died(weakref.ref(pool), pool.generation)
-    pool.watched = [weakref.ref(t, callback) for t in fresh.values()]
-    pool.alive = len(pool.watched)
-
-
-def _output_died(pool_ref, generation: int):
-    def died(_ref) -> None:
-        pool = pool_ref()
-        # an output of an older call, or one dying while the Program runs (an output
-        # passed back in as an input): the running call decides
-        if pool is None or pool.generation != generation or pool.busy:
-            return
-        pool.alive -= 1
-        if pool.alive <= 0:
-            release(pool)
-    return died
