@@ -24,10 +24,12 @@ every measured compile finds its caches warm (Inductor's FX graph cache, our pla
 kernel caches): a cold compile leaves more behind in the process (planning, loading
 the compiler), and whichever variant ran first would pay for it.
 
-The table reports each variant's step peak above its baseline (what the process needs,
-compiled code included), the rise during the steps (peak minus the resident memory
-just before them: what running adds) and held memory (MiB), and fusionstitch's step
-peak against Inductor's (the issue's target: no higher).
+The table reports each variant's step peak (what the process needs, compiled code
+included), the rise during the steps (peak minus the memory just before them: what
+running adds) and held memory, in MiB, absolute: every child has the same imports and
+inputs, and the baseline itself varies by ~15 MiB from process to process (lazily
+started threads, allocator state), more than the differences measured; and
+fusionstitch's step peak minus Inductor's (the issue's target: not above 0).
 Variants: ``eager``, ``inductor``, ``fusionstitch`` and ``fusionstitch_norecycle``
 (``FUSIONSTITCH_RECYCLE=0``: what buffer recycling adds). Writes
 ``memory_<device>_<size>_<date>.json`` and ``.md`` (the table, versions, command).
@@ -35,7 +37,6 @@ Variants: ``eager``, ``inductor``, ``fusionstitch`` and ``fusionstitch_norecycle
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import os
@@ -157,7 +158,7 @@ def _run_child(name: str, variant: str, size: str, steps: int, device: str,
 def _mib(row: dict, key: str) -> float | None:
     if "error" in row or row.get(key) is None:
         return None
-    return (row[key] - row["baseline"]) / MIB
+    return row[key] / MIB
 
 
 def _rise(row: dict) -> float | None:
@@ -167,30 +168,52 @@ def _rise(row: dict) -> float | None:
 
 
 def table(rows: list[dict], variants: list[str]) -> str:
-    """Step peak, rise during the steps and held memory per variant (MiB), fusionstitch's
-    step peak over Inductor's."""
+    """Per variant: the step peak, the rise during the steps and what is held after them
+    (MiB, absolute: every process has the same imports and inputs); fusionstitch's step
+    peak minus Inductor's."""
     by = {(r["workload"], r["variant"]): r for r in rows}
     names = list(dict.fromkeys(r["workload"] for r in rows))
     head = ["workload"] + [f"{v} peak" for v in variants] + \
         [f"{v} rise" for v in variants] + [f"{v} held" for v in variants]
-    ratio = "fusionstitch" in variants and "inductor" in variants
-    if ratio:
-        head.append("fusionstitch / inductor peak")
+    diff = "fusionstitch" in variants and "inductor" in variants
+    if diff:
+        head.append("fusionstitch - inductor peak")
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
 
     def cell(value):
         return "error" if value is None else f"{value:.1f}"
     for n in names:
+        got = {v: by.get((n, v), {"error": "not run"}) for v in variants}
         cells = [n]
-        cells += [cell(_mib(by[(n, v)], "steps_peak")) for v in variants]
-        cells += [cell(_rise(by[(n, v)])) for v in variants]
-        cells += [cell(_mib(by[(n, v)], "held")) for v in variants]
-        if ratio:
-            f, i = _mib(by[(n, "fusionstitch")], "steps_peak"), _mib(by[(n, "inductor")],
-                                                                     "steps_peak")
-            cells.append("-" if f is None or i is None or i <= 0 else f"{f / i:.2f}")
+        cells += [cell(_mib(got[v], "steps_peak")) for v in variants]
+        cells += [cell(_rise(got[v])) for v in variants]
+        cells += [cell(_mib(got[v], "held")) for v in variants]
+        if diff:
+            f, i = _mib(got["fusionstitch"], "steps_peak"), _mib(got["inductor"], "steps_peak")
+            cells.append("-" if f is None or i is None else f"{f - i:+.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def write(rows: list[dict], meta: dict, out: str) -> str:
+    """The JSON (rows, table, meta) and a Markdown page with the table; their stem."""
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    text = table(rows, variants)
+    os.makedirs(out, exist_ok=True)
+    stem = os.path.join(out, f"memory_{meta['device']}_{meta['size']}_{meta['date'][:10]}")
+    with open(stem + ".json", "w") as f:
+        json.dump({"meta": meta, "rows": rows, "table": text}, f, indent=1)
+    unit = "resident memory (VmHWM / VmRSS)" if meta["device"] == "cpu" else \
+        "allocated CUDA memory"
+    with open(stem + ".md", "w") as f:
+        f.write(f"# Peak memory, {meta['device']}, {meta['size']} size\n\n"
+                f"MiB of {unit}, each (workload, variant) in a fresh process with the same "
+                f"imports and inputs (caches warmed by a throwaway run). `peak`: the most "
+                f"while {meta['steps']} steps ran after two warm-up steps; `rise`: that peak "
+                f"minus the memory just before the steps; `held`: after them, every output "
+                f"dropped (a training step's `.grad`s stay).\n\n{text}\n\n```\n"
+                f"{json.dumps(meta, indent=1)}\n```\n")
+    return stem
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,10 +227,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per child")
     p.add_argument("--out", default=DEFAULT_OUT)
+    p.add_argument("--table-from", metavar="JSON",
+                   help="write the table and page again from a result file (its rows and meta)")
     p.add_argument("--child", nargs=2, metavar=("WORKLOAD", "VARIANT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         print(json.dumps(child(*args.child, args.size, args.steps, args.device)))
+        return 0
+    if args.table_from:
+        with open(args.table_from) as f:
+            saved = json.load(f)
+        print(f"wrote {write(saved['rows'], saved['meta'], args.out)}.md")
         return 0
     from bench import workloads as W
     from bench.timing import versions
@@ -223,23 +253,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n} {v}: " + (r["error"] if "error" in r else
                                   f"peak {_mib(r, 'steps_peak'):.1f} MiB, "
                                   f"held {_mib(r, 'held'):.1f} MiB"), flush=True)
-    text = table(rows, variants)
-    print(text)
     meta = {**versions(), "command": "python -m bench.memory " + " ".join(map(shlex.quote, argv)),
             "size": args.size, "steps": args.steps, "device": args.device}
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"memory_{args.device}_{args.size}_"
-                                  f"{datetime.date.today().isoformat()}")
-    with open(stem + ".json", "w") as f:
-        json.dump({"meta": meta, "rows": rows, "table": text}, f, indent=1)
-    with open(stem + ".md", "w") as f:
-        f.write(f"# Peak memory, {args.device}, {args.size} size\n\n"
-                f"MiB above each process's baseline (resident memory after imports and the "
-                f"workload's inputs, before compiling; caches warmed by a throwaway run). "
-                f"`peak`: the most while {args.steps} steps ran after two warm-up steps; "
-                f"`rise`: that peak minus the memory just before the steps; `held`: after "
-                f"them, every output dropped.\n\n{text}\n\n```\n"
-                f"{json.dumps(meta, indent=1)}\n```\n")
+    stem = write(rows, meta, args.out)
+    print(table(rows, variants))
     print(f"wrote {stem}.json and .md")
     return 0
 
