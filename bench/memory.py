@@ -12,8 +12,11 @@ same), the workload built (``bench.workloads.make``), then
 * compile and two warm-up steps (a step as in bench/run.py: inference under
   ``no_grad``, training with ``.backward()`` of the output), outputs dropped;
 * ``steps``: the peak while ``--steps`` more steps run (on CPU the kernel's
-  high-water mark ``VmHWM``, reset just before through ``/proc/self/clear_refs``; on
-  CUDA ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``);
+  high-water mark ``VmHWM``, reset just before through ``/proc/self/clear_refs``, after
+  glibc's free heap memory was given back with ``malloc_trim``: else what compiling
+  freed but the heap kept, which varies by tens of MiB with the heap's history, would
+  hide or fake the steps' needs; on CUDA ``torch.cuda.max_memory_allocated`` after
+  ``reset_peak_memory_stats``);
 * ``held``: resident (CPU) or allocated (CUDA) memory after the steps, every output
   dropped: what the variant keeps between calls;
 * ``process_peak`` (CPU): the process's peak resident memory, compile included
@@ -73,6 +76,18 @@ def _reset_peak() -> bool:
         return False
 
 
+def _trim() -> bool:
+    """Give glibc's free heap memory back to the system (malloc_trim): what compiling and
+    the warm-up steps freed but the heap kept, which varies with the heap's history by
+    tens of MiB; False where there is no glibc."""
+    import ctypes
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
 def _compiled(inst, variant: str):
     import torch
     if variant == "eager":
@@ -119,6 +134,7 @@ def child(name: str, variant: str, size: str, steps: int, device: str) -> dict:
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
     else:
+        trimmed = _trim()
         if not _reset_peak():
             raise RuntimeError("cannot reset the resident high-water mark (/proc/self/clear_refs)")
         before = _status_kib("VmRSS") * 1024
@@ -133,7 +149,8 @@ def child(name: str, variant: str, size: str, steps: int, device: str) -> dict:
         peak, held = _status_kib("VmHWM") * 1024, _status_kib("VmRSS") * 1024
         process_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"workload": name, "variant": variant, "baseline": base, "before_steps": before,
-            "steps_peak": peak, "held": held, "process_peak": process_peak}
+            "steps_peak": peak, "held": held, "process_peak": process_peak,
+            "trimmed": None if cuda else trimmed}
 
 
 # --- the parent -------------------------------------------------------------------------
@@ -209,7 +226,8 @@ def write(rows: list[dict], meta: dict, out: str) -> str:
         f.write(f"# Peak memory, {meta['device']}, {meta['size']} size\n\n"
                 f"MiB of {unit}, each (workload, variant) in a fresh process with the same "
                 f"imports and inputs (caches warmed by a throwaway run). `peak`: the most "
-                f"while {meta['steps']} steps ran after two warm-up steps; `rise`: that peak "
+                f"while {meta['steps']} steps ran after two warm-up steps (on CPU from a "
+                f"heap trimmed with malloc_trim); `rise`: that peak "
                 f"minus the memory just before the steps; `held`: after them, every output "
                 f"dropped (a training step's `.grad`s stay).\n\n{text}\n\n```\n"
                 f"{json.dumps(meta, indent=1)}\n```\n")
