@@ -41,9 +41,38 @@ def graph_cache_enabled() -> bool:
     return env_flag_default("FUSIONSTITCH_GRAPH_CACHE", True)
 
 
+def strict() -> bool:
+    """FUSIONSTITCH_STRICT=1 (or `all`): errors raise instead of falling back to torch (an
+    internal error, a kernel that cannot be built)."""
+    return env_flag("FUSIONSTITCH_STRICT")
+
+
+def strict_all() -> bool:
+    """FUSIONSTITCH_STRICT=all: every fallback raises, also the designed ones (an op outside
+    the IR or without a kernel lowering, an input the IR cannot express)."""
+    return os.environ.get("FUSIONSTITCH_STRICT", "").strip().lower() == "all"
+
+
+def elide_half_casts() -> bool:
+    """FUSIONSTITCH_ELIDE_HALF_CASTS=1: an explicit conversion to float16/bfloat16 inside a
+    kernel does not round (x.half().float() == x); off: it rounds as eager does."""
+    return env_flag("FUSIONSTITCH_ELIDE_HALF_CASTS")
+
+
 def verify_enabled() -> bool:
     """FUSIONSTITCH_VERIFY=1: run the IR verifier between passes (debug mode)."""
     return env_flag("FUSIONSTITCH_VERIFY")
+
+
+# torch.compile's `mode=` for this backend: what each sets (README's knobs table).
+# Inductor's max-autotune modes tune its kernels' configurations; our kernels have no
+# configurations to tune, so they mean what their CUDA-graph part means.
+MODES: dict[str, dict] = {
+    "default": {},
+    "reduce-overhead": {"cuda_graphs": True},
+    "max-autotune": {"cuda_graphs": True},
+    "max-autotune-no-cudagraphs": {},
+}
 
 
 @dataclass(frozen=True)
@@ -61,9 +90,39 @@ class Options:
         if self.target not in TARGETS:
             raise ValueError(f"fusionstitch: unknown target {self.target!r}; expected one of "
                              f"{', '.join(TARGETS)}")
+        if not isinstance(self.cuda_graphs, bool):
+            raise ValueError(f"fusionstitch: cuda_graphs must be True or False, not "
+                             f"{self.cuda_graphs!r}")
 
-    def resolved_target(self) -> str:
+    def resolved_target(self, device=None) -> str:
+        """The target: `target`, or for `auto` the inputs' device's (`cuda` for CUDA
+        tensors, else `cpu`); without a device, `cuda` when a GPU is present."""
         if self.target != "auto":
             return self.target
+        if device is not None:
+            return "cuda" if device.type == "cuda" else "cpu"
         import torch
         return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def with_compile_args(self, mode: str | None = None, options: dict | None = None) \
+            -> "Options":
+        """These options after torch.compile's `mode=` then `options=` (a dict of the
+        fields: strategy, target, cuda_graphs); an unknown mode or key is refused, with
+        the known ones listed."""
+        fields = {"strategy": self.strategy, "target": self.target,
+                  "cuda_graphs": self.cuda_graphs}
+        if mode is not None:
+            if mode not in MODES:
+                raise ValueError(f"fusionstitch: unknown mode {mode!r}; expected one of "
+                                 f"{', '.join(MODES)}")
+            fields.update(MODES[mode])
+        if options is not None:
+            if not isinstance(options, dict):
+                raise ValueError(f"fusionstitch: options must be a dict, not "
+                                 f"{type(options).__name__}")
+            unknown = sorted(str(k) for k in options if k not in fields)
+            if unknown:
+                raise ValueError(f"fusionstitch: unknown option(s) {', '.join(unknown)}; the "
+                                 f"options are {', '.join(fields)}")
+            fields.update(options)
+        return Options(**fields)

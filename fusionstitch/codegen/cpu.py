@@ -53,8 +53,10 @@ Choices this target makes (where the IR leaves room):
   bf16: float -> bf16 rounds to nearest even, NaN becomes 0x7FC0 (c10's scalar path).
 * Integer add/sub/mul/neg/sum/prod wrap around (computed in unsigned types) as
   torch's do; signed overflow is never undefined behaviour here.
-* Integer floordiv/remainder/fmod by zero give 0 (torch raises; a kernel must not
-  trap with SIGFPE), and x // -1 of the most negative value wraps.
+* Integer floordiv/remainder/fmod by zero record the error in the kernel's last
+  argument, `int64_t* fs_error` (only kernels that divide integers have it), give 0
+  and go on (a kernel must not trap with SIGFPE); the runner then raises eager's
+  RuntimeError("ZeroDivisionError"). x // -1 of the most negative value wraps.
 * floordiv of floats is c10's `div_floor_floating` (so 1.0 // 0.1 == 9, as torch);
   remainder of floats is fmod corrected to the sign of the divisor.
 * float -> u8/i8/i16 casts go through int64 (torch: 300.7 -> u8 gives 44).
@@ -100,16 +102,18 @@ gives each its own library. The library is cached under `cache_dir("cpu")` as
 `<digest>.so` (and the source next to it as `<digest>.cpp`), the digest covering
 the source, the flags, the compiler's version line and that -march value; it is
 written to a temporary file and renamed into place, so parallel processes share
-the cache. A missing or failing compiler raises `CompilerUnavailable` with the
-compiler's message (the caller falls back to torch); so does an IR the printer
-does not know. Counters: `kernels_compiled` (kernels in libraries actually
-compiled) and `cache_hits` (kernels found in the in-process table or on disk).
+the cache, and sealed with a checksum that is checked before it is loaded
+(`cpu_build.py`). A failure raises a `KernelBuildError` naming its cause:
+`CompilerUnavailable` (no working compiler), `CompileFailed` (the compiler rejected
+the source) or `CannotPrint` (an IR the printer does not know); the caller runs the
+kernel groups through torch and counts them as fallbacks. Counters: `kernels_compiled`
+(kernels in libraries actually compiled) and `cache_hits` (kernels found in the
+in-process table or on disk).
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
-from array import array
 import re
 from collections.abc import Callable
 
@@ -118,7 +122,9 @@ import torch
 from ..runtime.cache import digest
 from . import cpu_vecmath
 from . import expr as E
-from .cpu_build import FLAGS, CompilerUnavailable, clear_memory_cache, load_library  # noqa: F401
+from .cpu_build import (ERROR_ARG, FLAGS, CannotPrint, CompileFailed,  # noqa: F401
+                        CompilerUnavailable, KernelBuildError, clear_memory_cache,
+                        load_library, runner)
 from .cpu_index import (digit_sizes, expected_values, lowering_value, rename_expr,
                         specialize, split_rows)
 from .cpu_preamble import PREAMBLE
@@ -168,6 +174,7 @@ typename union unsigned using virtual void volatile wchar_t while xor xor_eq
 fs std NAN INFINITY INT8_MIN INT8_MAX INT16_MIN INT16_MAX INT32_MIN INT32_MAX INT64_MIN
 INT64_MAX UINT8_MAX int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t
 x r xnumel rnumel xmask rmask main xo xi xinner xouter xblocks xblock xi_begin xi_end
+fs_error
 """.split())
 
 
@@ -302,6 +309,7 @@ class _Printer(ReduceLoops):
         self.rows: tuple[E.Expr, ...] | None = None   # printing a flat loop split in rows
         self.bool_logic = False                # printed &, | or a select between bools
         self.selects = False                   # printed a select (`where`)
+        self.divides_ints = False              # printed an integer division: `fs_error`
         self.rrows: tuple[E.Expr, ...] | None = None  # printing a loop over r split in rows
         self.acc_names: dict[str, tuple[str, str | None]] = {}
         self.expected = expected_values(kernel)
@@ -331,7 +339,7 @@ class _Printer(ReduceLoops):
         try:
             return env[name]
         except KeyError:
-            raise CompilerUnavailable(
+            raise CannotPrint(
                 f"cpu backend: kernel {self.k.name}: variable {name!r} used before it is "
                 f"defined") from None
 
@@ -371,7 +379,7 @@ class _Printer(ReduceLoops):
         for b in k.buffers:
             const = "" if b.is_output else "const "
             if b.dtype not in STORAGE:
-                raise CompilerUnavailable(f"cpu backend: unsupported dtype {b.dtype!r}")
+                raise CannotPrint(f"cpu backend: unsupported dtype {b.dtype!r}")
             restrict = "" if b.name in k.may_alias else "__restrict__ "
             params.append(f"{const}{STORAGE[b.dtype]}* {restrict}{self.buf(b.name)}")
         params += [f"int64_t {self.sym(s.name)}" for s in k.syms]
@@ -379,13 +387,20 @@ class _Printer(ReduceLoops):
                      f"{len(k.components)} component(s)")
         self.emit(0, "FS_FUNCTION_HEAD")
         head = len(self.lines) - 1
-        for i, p in enumerate(params):
-            self.emit(1, p + ("," if i + 1 < len(params) else ") {"))
-        if not params:
-            self.lines[-1] += ") {"
+        for p in params:
+            self.emit(1, p + ",")
+        last = len(self.lines) - 1
         for i, c in enumerate(k.components):
             self.component(i, c)
         self.emit(0, "}")
+        # a kernel that divides integers records a zero divisor through one more argument
+        # (the error cell of `cpu_build.runner`); the others keep their signature
+        if self.divides_ints:
+            self.lines.insert(last + 1, f"    int64_t* __restrict__ {ERROR_ARG}) {{")
+        elif params:
+            self.lines[last] = self.lines[last][:-1] + ") {"
+        else:
+            self.lines[head] += ") {"
         selects_calls = self.selects and any("fs_mv_" in line for line in self.lines)
         attribute = f"{BOOL_LOGIC_ATTRIBUTE} " if self.bool_logic or selects_calls else ""
         self.lines[head] = f'extern "C" {attribute}void {self.fname}('
@@ -401,7 +416,7 @@ class _Printer(ReduceLoops):
             self.emit(1, f"// component {i}: reduce, x < {xn}, r < {rn}, "
                          f"{len(c.loops)} loop(s) over r")
         else:
-            raise CompilerUnavailable(f"cpu backend: unknown component kind {c.kind!r}")
+            raise CannotPrint(f"cpu backend: unknown component kind {c.kind!r}")
         self.emit(1, "{")
         self.emit(2, f"const int64_t xnumel = {xn};")
         if c.kind == "reduce":
@@ -537,7 +552,7 @@ class _Printer(ReduceLoops):
         if isinstance(s, Load):
             b = self.buffers.get(s.buffer)
             if b is None:
-                raise CompilerUnavailable(f"cpu backend: unknown buffer {s.buffer!r}")
+                raise CannotPrint(f"cpu backend: unknown buffer {s.buffer!r}")
             ref = f"{self.buf(b.name)}[{self.index(s.index, env, access=True)}]"
             if b.dtype in HALVES:
                 ref = f"fs::{b.dtype}_to_f32({ref})"
@@ -565,7 +580,7 @@ class _Printer(ReduceLoops):
         elif isinstance(s, Store):
             b = self.buffers.get(s.buffer)
             if b is None:
-                raise CompilerUnavailable(f"cpu backend: unknown buffer {s.buffer!r}")
+                raise CannotPrint(f"cpu backend: unknown buffer {s.buffer!r}")
             v = self.var(s.value) if s.value not in ("xmask", "rmask") else "true"
             self.dtype_of(env, s.value)
             if b.dtype in HALVES:
@@ -576,7 +591,7 @@ class _Printer(ReduceLoops):
             self.emit(depth, text)
         elif isinstance(s, Reduce):
             if accs is None or s.var not in accs:
-                raise CompilerUnavailable("cpu backend: Reduce outside a loop over r")
+                raise CannotPrint("cpu backend: Reduce outside a loop over r")
             acc, nan = accs[s.var]
             v = self.arg(s.value, env)[0]
             dt = s.dtype
@@ -594,7 +609,7 @@ class _Printer(ReduceLoops):
                 if nan:
                     self.emit(depth, f"{nan} |= {v} != {v};")
         else:
-            raise CompilerUnavailable(f"cpu backend: unknown statement {s!r}")
+            raise CannotPrint(f"cpu backend: unknown statement {s!r}")
 
     def mask(self, name: str, env) -> str:
         if name in ("xmask", "rmask"):
@@ -609,9 +624,9 @@ class _Printer(ReduceLoops):
         n = len(s.args)
         want = 1 if s.op in UNARY else 2 if s.op in BINARY else 3 if s.op in TERNARY else None
         if want is None:
-            raise CompilerUnavailable(f"cpu backend: unknown op {s.op!r}")
+            raise CannotPrint(f"cpu backend: unknown op {s.op!r}")
         if n != want:
-            raise CompilerUnavailable(f"cpu backend: {s.op} takes {want} argument(s), got {n}")
+            raise CannotPrint(f"cpu backend: {s.op} takes {want} argument(s), got {n}")
         args = [self.arg(a, env) for a in s.args]
         dt = s.dtype
         if s.op == "cast":
@@ -695,20 +710,21 @@ class _Printer(ReduceLoops):
                 return f"{a} { {'add': '+', 'sub': '-', 'mul': '*'}[op]} {b}"
             if b8:
                 if op == "sub":
-                    raise CompilerUnavailable("cpu backend: sub of bools")
+                    raise CannotPrint("cpu backend: sub of bools")
                 return f"{a} | {b}" if op == "add" else f"{a} & {b}"
             return f"fs::{op}<{ct}>({a}, {b})"
         if op == "truediv":
             self.need_float(op, dt)
             return f"{a} / {b}"
+        if op in ("floordiv", "remainder", "fmod") and not fl:
+            self.divides_ints = True
+            return f"fs::{op}_int<{ct}>({a}, {b}, {ERROR_ARG})"
         if op == "floordiv":
-            return f"fs::floordiv_float<{ct}>({a}, {b})" if fl else \
-                f"fs::floordiv_int<{ct}>({a}, {b})"
+            return f"fs::floordiv_float<{ct}>({a}, {b})"
         if op == "remainder":
-            return f"fs::remainder_float<{ct}>({a}, {b})" if fl else \
-                f"fs::remainder_int<{ct}>({a}, {b})"
+            return f"fs::remainder_float<{ct}>({a}, {b})"
         if op == "fmod":
-            return f"{_libm('fmod', dt)}({a}, {b})" if fl else f"fs::fmod_int<{ct}>({a}, {b})"
+            return f"{_libm('fmod', dt)}({a}, {b})"
         if op == "pow":
             return f"{_libm('pow', dt)}({a}, {b})" if fl else f"fs::pow_int<{ct}>({a}, {b})"
         if op in ("maximum", "minimum"):
@@ -725,11 +741,11 @@ class _Printer(ReduceLoops):
             return f"{a} {c} {b}" if b8 else f"({ct})({a} {c} {b})"
         if op in ("lshift", "rshift"):
             return f"fs::{op}<{ct}>({a}, {b})"
-        raise CompilerUnavailable(f"cpu backend: op {op!r} on {dt} is not supported")
+        raise CannotPrint(f"cpu backend: op {op!r} on {dt} is not supported")
 
     def need_float(self, op: str, dt: str) -> None:
         if dt not in FLOATS:
-            raise CompilerUnavailable(f"cpu backend: {op} computes in floats, not {dt}")
+            raise CannotPrint(f"cpu backend: {op} computes in floats, not {dt}")
 
 
 def _function_name(kernel: Kernel) -> str:
@@ -746,27 +762,14 @@ def cpp_source(kernel: Kernel, name: str | None = None) -> str:
     return _Printer(kernel, name or _function_name(kernel)).function()
 
 
-def _runner(cfunc, name: str) -> Callable[[list[torch.Tensor], list[int]], None]:
-    """`run(buffers, syms)`: calls `<name>_packed` with one array of the data pointers
-    then the syms (see PREAMBLE's `call_packed`)."""
-    data_ptr = torch.Tensor.data_ptr
-
-    def run(buffers: list[torch.Tensor], syms: list[int]) -> None:
-        args = array("q", map(data_ptr, buffers))
-        args.extend(syms)
-        cfunc(args.buffer_info()[0])
-
-    run.__name__ = name
-    return run
-
-
 def compile_cpu(kernels: list[Kernel]) -> list[Callable[[list[torch.Tensor], list[int]], None]]:
     """Compile the kernels of one graph into one shared library (cached on disk).
 
     Kernels with the same source (an unrolled RNN repeats its step's kernels hundreds
     of times) share one function: the library holds each distinct kernel once, named
     by the digest of its source. Returns one `run(buffers, syms)` per kernel, in order.
-    Raises `CompilerUnavailable` when no compiler works or the source does not compile.
+    Raises a `KernelBuildError` (see the module docstring) when the kernels cannot be
+    printed, compiled or loaded.
     """
     kernels = list(kernels)
     if not kernels:
@@ -785,11 +788,11 @@ def compile_cpu(kernels: list[Kernel]) -> list[Callable[[list[torch.Tensor], lis
                        + [src for _, src in unique.values()])
     lib = load_library(len(unique), source, cpu_vecmath.link_flags())
     funcs = {}
-    for sym, (k, _) in unique.items():
+    for sym, (k, src) in unique.items():
         cfunc = getattr(lib, sym + "_packed")
         # the address of the argument array travels as an int64 (converting to c_int64
         # is a little cheaper than to c_void_p; x86-64 and aarch64 pass both alike)
         cfunc.argtypes = [ctypes.c_int64]
         cfunc.restype = None
-        funcs[sym] = _runner(cfunc, sym)
+        funcs[sym] = runner(cfunc, sym, f"int64_t* __restrict__ {ERROR_ARG})" in src)
     return [funcs[sym] for sym in symbols]

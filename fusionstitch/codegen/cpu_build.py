@@ -1,23 +1,60 @@
 """Compiling and loading the cpu target's libraries: the toolchain probe, one g++ run per
 library, the disk cache (`cache_dir("cpu")`, `<digest>.so` beside its `<digest>.cpp`,
-written to a temporary file and renamed into place) and the in-process table.
-The compiler is `g++` or FUSIONSTITCH_CXX; `codegen/cpu.py` explains FLAGS.
+written to a temporary file and renamed into place), the in-process table, and the
+runner that calls a loaded kernel. The compiler is `g++` or FUSIONSTITCH_CXX;
+`codegen/cpu.py` explains FLAGS.
+
+A cached library is sealed (`runtime/cache.seal`: the SHA-256 of its key and bytes
+appended) and loaded only when its seal holds: a truncated library would kill the
+process with SIGBUS when the loader touches a page past its end, and altered bytes
+with SIGILL or an endless loop, so a damaged, truncated or swapped file (another key's
+library under this key's name) is built again, with one warning, and replaced.
 """
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import shlex
 import subprocess
 import tempfile
 import threading
+from array import array
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
 
 from ..runtime import counters
-from ..runtime.cache import cache_dir, digest
+from ..runtime.cache import cache_dir, digest, seal, unseal, write_atomic
+
+log = logging.getLogger("fusionstitch.codegen")
 
 
-class CompilerUnavailable(Exception):
-    """No working C++ compiler (or the kernel could not be printed/compiled); fall back."""
+class KernelBuildError(Exception):
+    """The cpu target could not build a graph's kernels: its kernel groups run through
+    torch (counted in `stats()["fallbacks"]`; raised under FUSIONSTITCH_STRICT=1).
+    `cause` says which of the subclasses' reasons it is, in words."""
+
+    cause = "the kernels could not be built"
+
+
+class CompilerUnavailable(KernelBuildError):
+    """No working C++ compiler (missing, or it does not run)."""
+
+    cause = "no working C++ compiler"
+
+
+class CompileFailed(KernelBuildError):
+    """The compiler ran and rejected the generated source, or its library does not load."""
+
+    cause = "the C++ compiler rejected the generated source"
+
+
+class CannotPrint(KernelBuildError):
+    """The C++ printer has no form for something in a kernel (a dtype, an op)."""
+
+    cause = "the C++ printer cannot print a kernel"
 
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17",
@@ -83,8 +120,8 @@ def toolchain(cxx: list[str]) -> tuple[str, str]:
 
 
 def _build(cxx: list[str], source: str, folder: str, key: str, libs: tuple[str, ...]) -> str:
-    """Compile `source` (linked with `libs`) into `<folder>/<key>.so` (atomically);
-    returns the path."""
+    """Compile `source` (linked with `libs`) into `<folder>/<key>.so`, sealed and written
+    atomically; returns the path."""
     target = os.path.join(folder, key + ".so")
     fd, src = tempfile.mkstemp(prefix=key + ".", suffix=".cpp", dir=folder)
     so = src[:-4] + ".so"
@@ -98,11 +135,12 @@ def _build(cxx: list[str], source: str, folder: str, key: str, libs: tuple[str, 
             raise CompilerUnavailable(f"C++ compiler {' '.join(cxx)!r} failed to run: {e}") \
                 from None
         if p.returncode != 0 or not os.path.exists(so):
-            raise CompilerUnavailable(
+            raise CompileFailed(
                 f"C++ compile failed (exit {p.returncode}): {' '.join(cmd)}\n"
                 f"{_tail(p.stderr or p.stdout)}")
         os.chmod(src, 0o644)
-        os.replace(so, target)
+        with open(so, "rb") as f:
+            write_atomic(Path(target), seal(key, f.read()))
         os.replace(src, os.path.join(folder, key + ".cpp"))   # kept for reading
     finally:
         for leftover in (src, so):
@@ -113,10 +151,28 @@ def _build(cxx: list[str], source: str, folder: str, key: str, libs: tuple[str, 
     return target
 
 
+def _verified(path: str, key: str) -> bool | None:
+    """Whether the library at `path` holds its seal for `key` (None: there is none)."""
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.warning("fusionstitch: cannot read the cached library %s (%s); building it again",
+                    path, e)
+        return False
+    if unseal(key, blob) is None:
+        log.warning("fusionstitch: the cached library %s is damaged (truncated, altered or "
+                    "another entry's); building it again", path)
+        return False
+    return True
+
+
 def load_library(n_kernels: int, source: str, libs: tuple[str, ...] = ()) -> ctypes.CDLL:
     """The library of `source` (holding `n_kernels` kernels, linked with `libs`): from this
-    process, from the disk cache, or compiled now; counts `cache_hits` /
-    `kernels_compiled` per kernel."""
+    process, from the disk cache (when its seal holds), or compiled now; counts
+    `cache_hits` / `kernels_compiled` per kernel."""
     cxx = compiler()
     version, arch = toolchain(cxx)
     key = digest(source, " ".join(FLAGS + libs), version, arch)
@@ -128,22 +184,54 @@ def load_library(n_kernels: int, source: str, libs: tuple[str, ...] = ()) -> cty
         folder = str(cache_dir("cpu"))
         path = os.path.join(folder, key + ".so")
         lib = None
-        if os.path.exists(path):
+        if _verified(path, key):
             try:
                 lib = ctypes.CDLL(path)
                 counters.bump("cache_hits", n_kernels)
             except OSError:
-                lib = None          # unreadable: build it again
+                lib = None          # sealed but does not load here: build it again
         if lib is None:
             path = _build(cxx, source, folder, key, libs)
             try:
                 lib = ctypes.CDLL(path)
             except OSError as e:
-                raise CompilerUnavailable(f"cannot load the compiled library {path}: {e}") \
-                    from None
+                raise CompileFailed(f"cannot load the compiled library {path}: {e}") from None
             counters.bump("kernels_compiled", n_kernels)
         _LOADED[key] = lib
         return lib
+
+
+# The last argument of a kernel that divides integers: where it records a zero divisor.
+ERROR_ARG = "fs_error"
+
+
+def runner(cfunc, name: str, checks_errors: bool = False
+            ) -> Callable[[list[torch.Tensor], list[int]], None]:
+    """`run(buffers, syms)`: calls `<name>_packed` with one array of the data pointers
+    then the syms (see PREAMBLE's `call_packed`). A kernel that divides integers
+    (`checks_errors`) also gets the address of an error cell, the array's last slot (one
+    per call, so concurrent calls never see each other's), and a zero divisor raises
+    what eager raises, RuntimeError("ZeroDivisionError"), after the launch."""
+    data_ptr = torch.Tensor.data_ptr
+
+    if not checks_errors:
+        def run(buffers: list[torch.Tensor], syms: list[int]) -> None:
+            args = array("q", map(data_ptr, buffers))
+            args.extend(syms)
+            cfunc(args.buffer_info()[0])
+    else:
+        def run(buffers: list[torch.Tensor], syms: list[int]) -> None:
+            args = array("q", map(data_ptr, buffers))
+            args.extend(syms)
+            args.extend((0, 0))
+            base = args.buffer_info()[0]
+            args[-2] = base + args.itemsize * (len(args) - 1)   # -> the error cell
+            cfunc(base)
+            if args[-1]:
+                raise RuntimeError("ZeroDivisionError")
+
+    run.__name__ = name
+    return run
 
 
 def clear_memory_cache() -> None:

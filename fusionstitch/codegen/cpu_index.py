@@ -101,8 +101,10 @@ def specialize(e: E.Expr, values: dict[str, int]) -> tuple[E.Expr, list[tuple[E.
     """`e` simplified for the expected strides (`expected_values`), and the equalities
     that make the simplification exact: a complete unravelling
     sum(Digit(b, S, k) * stride_k) with row-major strides becomes `b` (assuming
-    0 <= b < prod(S), as for any unravelled index), and a coefficient expected to be 1
-    goes away."""
+    0 <= b < prod(S), as for any unravelled index); one whose last digits only are
+    row-major gets them as one digit of their merged size (r over N, H, W of NCHW: N's
+    stride is the channels', H and W become one digit over H * W); and a coefficient
+    expected to be 1 goes away."""
     terms = e.terms if isinstance(e, E.Add) else (e,)
     split = [split_term(t, values) for t in terms]
     conds: list[tuple[E.Expr, E.Expr]] = []
@@ -126,11 +128,32 @@ def specialize(e: E.Expr, values: dict[str, int]) -> tuple[E.Expr, list[tuple[E.
             m = E.ONE        # expected contiguous: a run-time check, then unit stride
         pairs = [(split[by_k[k][0]][1], E.mul(E.product(sizes[k + 1:]), m)) for k in needed]
         # (a constant stride against a size sym would make the dense version size-specific)
-        if all(lowering_value(c, values) == lowering_value(w, values) and
-               (c == w or not isinstance(c, E.Const)) for c, w in pairs):
+        holds = [lowering_value(c, values) == lowering_value(w, values) and
+                 (c == w or not isinstance(c, E.Const)) for c, w in pairs]
+        if all(holds):
             conds += [(c, w) for c, w in pairs if c != w]
             collapsed[min(v[0] for v in by_k.values())] = base if m == E.ONE else E.mul(base, m)
             done.update(v[0] for v in by_k.values())
+            continue
+        # else a trailing run of row-major digits (H and W of an NCHW batch-norm statistic
+        # over N, H, W, whose N has the stride of the channels) becomes one digit of their
+        # merged size, and the digits above it digits of the merged sizes (the same
+        # values): a loop over it runs along the whole contiguous stretch
+        run = len(needed)
+        while run > 0 and holds[run - 1]:
+            run -= 1
+        if len(needed) - run < 2:
+            continue
+        k0 = needed[run]
+        merged = tuple(sizes[:k0]) + (E.product(sizes[k0:]),)
+        conds += [(c, w) for c, w in pairs[run:] if c != w]
+        first = by_k[k0][0]
+        collapsed[first] = E.mul(E.Digit(base, merged, k0), m)
+        done.update(by_k[k][0] for k in needed[run:])
+        for k in needed[:run]:
+            i = by_k[k][0]
+            collapsed[i] = E.mul(E.Digit(base, merged, k), split[i][1])
+            done.add(i)
     out: list[E.Expr] = []
     for i, (pos, coef) in enumerate(split):
         if i in collapsed:

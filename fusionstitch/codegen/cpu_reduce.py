@@ -21,7 +21,7 @@ import contextlib
 import math
 
 from . import expr as E
-from .cpu_build import CompilerUnavailable
+from .cpu_build import CannotPrint
 from .cpu_index import specialize
 from .cpu_types import (FLOATS, HALVES, INT_LIMITS, INTS, REDUCE_INIT_FLOAT, WIDE_UNSIGNED,
                         ctype)
@@ -34,8 +34,14 @@ COLUMN_BLOCK = 64
 # lanes, as torch's vectorised sums do), and the blocks add up in double. A float
 # accumulator alone drifts ~1e-3 over a row of 1e5 elements; double alone costs a
 # conversion and two double adds per 8 elements (a masked softmax's kernel spent 15% of
-# its time there). A block's lanes add at most SUM_BLOCK / 4 terms: error ~1e-5 at worst.
-SUM_BLOCK = 512
+# its time there). A lane adds SUM_BLOCK / lanes terms in float: 32 with AVX2 (16 with
+# AVX-512, 64 with SSE2), so a long row's error is a few ulps whatever its length, as
+# with torch's cascade sums (tests/codegen/test_reduction_numerics.py). The variance of
+# rows with |mean| >> std (1e4 and 1e-2: squared deviations that repeat and round
+# alike) is off by 11 ulps at 512, 5.5 at 256, 3 at 128; 128 cost 5-10% on row sums and
+# var_mean rows of 768 and 100000 floats (one thread, 2026-11), 256 nothing measurable
+# against 512.
+SUM_BLOCK = 256
 _CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 
 
@@ -144,7 +150,7 @@ class ReduceLoops:
         accs, clauses, simd = {}, [], True
         for red in reduces:
             if red.kind not in _CLAUSE:
-                raise CompilerUnavailable(f"cpu backend: unknown reduction {red.kind!r}")
+                raise CannotPrint(f"cpu backend: unknown reduction {red.kind!r}")
             dt = red.dtype
             if red.var not in self.acc_names:    # the same names in both versions
                 self.acc_names[red.var] = (self.names.fresh(self.var(red.var) + "_acc"),

@@ -347,8 +347,9 @@ def arithmetic_work(k: Kernel, row_buffers: bool = False) -> int:
     """Arithmetic ops the kernel executes (each Op statement once per point it runs at,
     masks and casts not counted): compared with the group's own op count, it shows how
     much thread composition recomputes (concat branches, values re-derived per loop).
-    With `row_buffers` (the cpu target), a value a later loop reads back from a row
-    buffer (rowbuf.py) costs nothing there."""
+    A statement of a loop over r that does not vary with r (`varies_with_r`: a row's
+    mean or pivot) runs once per x. With `row_buffers` (the cpu target), a value a later
+    loop reads back from a row buffer (rowbuf.py) costs nothing there."""
     def count(stmts, skip=frozenset()) -> int:
         return sum(1 for s in stmts if isinstance(s, Op) and s.op not in ("and", "cast")
                    and s.var not in skip)
@@ -370,6 +371,32 @@ def arithmetic_work(k: Kernel, row_buffers: bool = False) -> int:
                                   and (s.var not in plan.live[j] or s.var in
                                        plan.reuses.get(j, {})))
                         for j, lp in enumerate(c.loops)]
-        return count(c.body) * x + sum(count(lp.body, sk)
-                                       for lp, sk in zip(c.loops, skip)) * x * r
+        per_r = per_x = 0
+        for lp, sk in zip(c.loops, skip):
+            moving = varies_with_r(lp.body)
+            per_r += count(lp.body, sk | {s.var for s in lp.body if hasattr(s, "var")
+                                          and s.var not in moving})
+            per_x += count(lp.body, sk | moving)
+        return (count(c.body) + per_x) * x + per_r * x * r
     return sum(work_of(c) for c in k.components)
+
+
+def varies_with_r(body) -> frozenset[str]:
+    """The variables of a loop over r that depend on r (its index, rmask, or such a
+    variable); the others are the same for every r of a row (a row's pivot, its mean from
+    an earlier loop): a target may compute them once per x, as the C++ compiler hoists
+    them out of the loop."""
+    from . import expr as E
+    moving = {"r", "rmask"}
+    for s in body:
+        if isinstance(s, (Reduce, Dot)):
+            reads = moving
+        elif isinstance(s, Op):
+            reads = set(s.args)
+        elif isinstance(s, (Load, Index)):
+            reads = E.free_vars(s.index) | ({s.mask} if getattr(s, "mask", None) else set())
+        else:
+            continue
+        if reads & moving:
+            moving.add(s.var)
+    return frozenset(moving - {"r"})

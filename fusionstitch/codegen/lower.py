@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
+from ..config import elide_half_casts
 from ..ir.graph import CONSTANT, PARAMETER, Graph, TensorType, TupleType
 from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, _numel, components,
                                   component_space, escaping_values)
@@ -470,6 +471,11 @@ def canonical_index(L: Lowerer, shape, red_dims, xi=None) -> tuple[E.Expr, ...]:
     return tuple(idx)
 
 
+# dtypes every target's printer handles (the IR has complex ones too)
+GENERATED_DTYPES = frozenset({"f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8",
+                              "b8"})
+
+
 def lower_group(graph: Graph, names, kernel_name: str) -> Kernel:
     """The Kernel of one group; raises Unsupported with the reason."""
     names = list(names)
@@ -494,9 +500,13 @@ def lower_group(graph: Graph, names, kernel_name: str) -> Kernel:
         raise Unsupported(str(e)) from None
     if not L.outputs:
         raise Unsupported("the group produces no value")
+    buffers = tuple(L.inputs.values()) + tuple(L.outputs) + tuple(L.scratch)
+    other = sorted({b.dtype for b in buffers} - GENERATED_DTYPES)
+    if other:   # complex numbers: no target prints them (a printer would fail later)
+        raise Unsupported(f"values of dtype {', '.join(other)}: the code generators handle "
+                          f"{', '.join(sorted(GENERATED_DTYPES))}")
     syms = tuple(sorted(L.syms.values(), key=lambda s: (not s.name.startswith("ks"),
                                                        _natural(s.name))))
-    buffers = tuple(L.inputs.values()) + tuple(L.outputs) + tuple(L.scratch)
     return Kernel(kernel_name, buffers, syms, tuple(comps), L.index_dtype,
                   tuple(sorted(L.bindings.items())))
 
@@ -514,7 +524,8 @@ def lower_cached(graph: Graph, names) -> Kernel:
     """lower_group, remembered per (graph object, nodes): planning and the runtime share it.
 
     Failures are remembered too (re-raised with the same message)."""
-    key = (id(graph), tuple(names))
+    # the knob changes what a conversion to a half type lowers to (lowerings._converted)
+    key = (id(graph), tuple(names), elide_half_casts())
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is graph:
         if isinstance(hit[1], Unsupported):

@@ -19,7 +19,9 @@ from ..ir.graph import GETITEM, Ref, TensorLiteral, TensorType, dtype_name
 from ..ir.ops import resolve_overload
 from ..schedule.propagate import FUSIBLE_DOTS, SIMPLE_REDUCTIONS, _reduced_dims
 from . import expr as E
-from .lower import Lowerer, Unsupported, canonical_index, compute_dtype, unravel_shape
+from ..config import elide_half_casts
+from .lower import (HALF, Lowerer, Unsupported, canonical_index, compute_dtype,
+                    unravel_shape)
 
 
 # -- argument binding --------------------------------------------------------------
@@ -133,6 +135,22 @@ _POW_SPECIAL = {
 }
 
 
+def _converted(L: Lowerer, src, value: str, dtype: str) -> str:
+    """`value` (of operand `src`, in `dtype`'s compute dtype) converted to `dtype`.
+
+    A value of a half type lives in float inside a kernel (lower.compute_dtype), and an
+    op computing one is not rounded until it is stored (we round once where eager rounds
+    per op). An explicit conversion to a half type from another dtype is different: it
+    is the point of the program (`x.half().float()` is x rounded to half, a softmax of
+    bf16 inputs rounds its result), so it rounds here as eager does, unless
+    FUSIONSTITCH_ELIDE_HALF_CASTS=1."""
+    t = _type(L, src)
+    src_dtype = t.dtype if isinstance(t, TensorType) else None
+    if dtype in HALF and src_dtype != dtype and not elide_half_casts():
+        return L.op("cast", (value,), dtype)
+    return value
+
+
 def _elementwise(L: Lowerer, node, idx) -> str | None:
     t = node.type
     out = compute_dtype(t.dtype)
@@ -219,11 +237,12 @@ def _elementwise(L: Lowerer, node, idx) -> str | None:
     if op == "silu.default":
         v = operand(L, a[0], idx, shape, out)
         return L.op("mul", (v, L.op("sigmoid", (v,), out)), out)
-    if op in ("_to_copy.default", "clone.default", "alias.default", "lift_fresh_copy.default",
+    if op in ("_to_copy.default", "copy.default"):
+        src = a[0] if op == "_to_copy.default" else a[1]
+        return _converted(L, src, operand(L, src, idx, shape, out), t.dtype)
+    if op in ("clone.default", "alias.default", "lift_fresh_copy.default",
               "detach.default", "_conj.default"):
         return operand(L, a[0], idx, shape, out)
-    if op == "copy.default":
-        return operand(L, a[1], idx, shape, out)
     if op in ("full_like.default", "full.default", "fill.Scalar", "scalar_tensor.default"):
         b = bind(node)
         v = b.get("fill_value", b.get("value", b.get("s")))
@@ -504,28 +523,7 @@ def reduction_loop_bodies(L: Lowerer, name: str, p: int, idx=None):
         count *= shape[d]
     v = L.cast(L.value(src, idx), acc)
     if node.op in ("var_mean.correction", "var.correction"):
-        b = bind(node)
-        corr = b.get("correction")
-        corr = 1 if corr is None else corr
-        n = L.size(count)
-        if p == 0:
-            var = _reduce(L, v, "sum", acc)
-            mean = lambda L, s: L.op("truediv", (s, _count(L, n, acc)), acc)  # noqa: E731
-            out = [((name, "sum"), var, acc, mean)]
-            if node.op == "var_mean.correction":
-                out.append(((name, 1), var, acc, mean))
-            return out
-        s_var, _, fin = L.reduced[(name, "sum")]
-        mean = fin(L, s_var)
-        dev = L.op("sub", (v, mean), acc)
-        q = _reduce(L, L.op("mul", (dev, dev), acc), "sum", acc)
-
-        def var_finish(L, q):
-            denom = L.op("maximum", (L.op("sub", (_count(L, n, acc), L.const(corr, acc)),
-                                          acc), L.const(0, acc)), acc)
-            return L.op("truediv", (q, denom), acc)
-        key = (name, 0) if node.op == "var_mean.correction" else (name, None)
-        return [(key, q, acc, var_finish)]
+        return _variance_passes(L, name, node, p, v, idx, dims, count, acc)
     var = _reduce(L, v, kind, acc)
     fin = None
     if node.op in ("mean.dim", "mean.default"):
@@ -534,6 +532,77 @@ def reduction_loop_bodies(L: Lowerer, name: str, p: int, idx=None):
     elif acc != compute_dtype(out_dtype):
         fin = lambda L, s: L.cast(s, compute_dtype(out_dtype))  # noqa: E731
     return [((name, None), var, acc, fin)]
+
+
+def _variance_passes(L: Lowerer, name: str, node, p: int, v: str, idx, dims, count: int,
+                     acc: str):
+    """var / var_mean as a shifted two-pass scheme: with d = x - pivot, where the pivot is
+    the row's first element, pass 0 sums d, and pass 1 sums (d - sum(d) / n)**2; the mean
+    is pivot + sum(d) / n.
+
+    Why shifted: sum(x) / n rounds to within a few ulps of |mean| (a float32 sum of 768
+    copies of 12345.678 is off by 5 ulps), and a mean off by delta leaves x - mean = delta
+    on a constant row, so layer norm's (x - mean) * rsqrt(var + eps) gives delta / sqrt(eps)
+    (0.84 there) where eager gives exactly 0. With the pivot subtracted, every d of a
+    constant row is exactly 0: the mean is exactly the pivot and the variance exactly 0.
+    In general the rounding of sum(d) scales with the spread of the row (|x - pivot|), not
+    with |mean|, and pass 1 centres d on the mean of d, a number of the size of the spread:
+    even a float mean rounded by ulp(mean) / 2 (what a float can hold of it) does not add
+    its square to the variance, which stays accurate when |mean| >> std, as Welford's does.
+    Why not Welford: its update divides per element and needs its own combine (OpenMP
+    reductions, Triton's tl.reduce, the split partials); a shifted pass is a plain sum, so
+    every target's summation (the cpu target's blocked float/double sums, Triton's
+    lane-wise sums and tree combine) applies to it unchanged, and it vectorises. Why two
+    passes (not sum(d**2) - sum(d)**2 / n in one): that cancels when the pivot is far from
+    the mean (an outlier as first element); the second pass around the mean does not.
+
+    An infinite pivot would turn a finite element's d into -inf and an infinite mean into
+    NaN (inf + -inf), so a pivot of +-inf is replaced by 0 (the plain sum: the mean is
+    then +-inf or NaN, as torch.mean's). A pivot of NaN makes the mean NaN, as the row's
+    NaN does. d overflows only when |x - pivot| exceeds the float range (elements of
+    opposite signs beyond half of it)."""
+    pivot_idx = tuple(E.ZERO if k in dims else e for k, e in enumerate(idx))
+    src = node.args[0].name
+
+    def pivot(L: Lowerer) -> str:
+        if count == 0:     # an empty row has no first element (and its mean is NaN)
+            return L.const(0, acc)
+        # under xmask alone: element 0 of row x exists, and a load that does not depend on
+        # r is loop-invariant (the C++ compiler hoists it out of the loop over r)
+        saved, L.mask = L.mask, "xmask"
+        try:
+            first = L.cast(L.value(src, pivot_idx), acc)
+        finally:
+            L.mask = saved
+        return L.op("where", (L.op("isinf", (first,), "b8"), L.const(0, acc), first), acc)
+
+    n = L.size(count)
+
+    def shifted_mean(L: Lowerer, s: str) -> str:      # the mean of d
+        return L.op("truediv", (s, _count(L, n, acc)), acc)
+
+    def mean(L: Lowerer, s: str) -> str:
+        return L.op("add", (pivot(L), shifted_mean(L, s)), acc)
+
+    d = L.op("sub", (v, pivot(L)), acc)
+    if p == 0:
+        shifted = _reduce(L, d, "sum", acc)
+        out = [((name, "sum"), shifted, acc, shifted_mean)]
+        if node.op == "var_mean.correction":
+            out.append(((name, 1), shifted, acc, mean))
+        return out
+    corr = bind(node).get("correction")
+    corr = 1 if corr is None else corr
+    s_var, _, fin = L.reduced[(name, "sum")]
+    dev = L.op("sub", (d, fin(L, s_var)), acc)
+    q = _reduce(L, L.op("mul", (dev, dev), acc), "sum", acc)
+
+    def var_finish(L: Lowerer, q: str) -> str:
+        denom = L.op("maximum", (L.op("sub", (_count(L, n, acc), L.const(corr, acc)),
+                                      acc), L.const(0, acc)), acc)
+        return L.op("truediv", (q, denom), acc)
+    key = (name, 0) if node.op == "var_mean.correction" else (name, None)
+    return [(key, q, acc, var_finish)]
 
 
 def _count(L: Lowerer, n, dtype):

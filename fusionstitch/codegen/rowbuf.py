@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import expr as E
-from .kernel import Component, Constant, Index, Load, Op, Reduce, Store
+from .kernel import Component, Constant, Index, Load, Op, Reduce, Store, varies_with_r
 
 # Ops that cost far more than a load from the row buffer (a libm call or a division).
 EXPENSIVE = frozenset({
@@ -91,15 +91,18 @@ def _keys(body) -> dict[str, tuple]:
     return keys
 
 
-def _work(var: str, defs: dict, memo: dict) -> int:
-    """Ops (expensive ones count MIN_WORK) to recompute `var` inside its loop."""
+def _work(var: str, defs: dict, memo: dict, moving: frozenset[str]) -> int:
+    """Ops (expensive ones count MIN_WORK) to recompute `var` inside its loop; those that
+    do not vary with r (a row's pivot or mean) cost nothing: the C++ compiler hoists them
+    out of the loop (kernel.varies_with_r)."""
     if var in memo:
         return memo[var]
     s = defs.get(var)
     memo[var] = 0
-    if not isinstance(s, Op):
+    if not isinstance(s, Op) or var not in moving:
         return 0
-    w = (MIN_WORK if s.op in EXPENSIVE else 1) + sum(_work(a, defs, memo) for a in s.args)
+    w = (MIN_WORK if s.op in EXPENSIVE else 1) + sum(_work(a, defs, memo, moving)
+                                                     for a in s.args)
     memo[var] = w
     return w
 
@@ -110,6 +113,7 @@ def plan_rows(c: Component) -> RowPlan:
         return plan
     first: dict[tuple, tuple[int, str]] = {}      # key -> (loop, var) that first computes it
     defs_of: list[dict] = []
+    moving_of = [varies_with_r(loop.body) for loop in c.loops]
     for j, loop in enumerate(c.loops):
         defs = {s.var: s for s in loop.body if hasattr(s, "var")}
         defs_of.append(defs)
@@ -125,7 +129,7 @@ def plan_rows(c: Component) -> RowPlan:
                     frontier.append(a)
         for v in frontier:
             i, u = matched[v]
-            if _work(u, defs_of[i], {}) < MIN_WORK:
+            if _work(u, defs_of[i], {}, moving_of[i]) < MIN_WORK:
                 continue
             saved = plan.saves.setdefault(i, {})
             buf = saved.get(u)

@@ -32,11 +32,16 @@ was set before triton was imported, so the source uses tl builtins only there,
 with exact formulas for tanh, log1p, expm1, rounding (`_MATH_INTERPRET`).
 
 Sources live in the disk cache (`runtime/cache.py`, folder "triton"), named by
-the digest of their text; Triton keeps its own binary cache beside.
+the digest of their text, written atomically; a file is imported only when it holds
+exactly the source generated now (a damaged or swapped one is written again). Triton
+keeps its compiled binaries (target `cuda`) in its own cache (TRITON_CACHE_DIR,
+default ~/.triton/cache), which Triton writes atomically but does not checksum; the
+interpreter compiles nothing.
 """
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 from typing import Callable
 
@@ -44,7 +49,7 @@ import torch
 
 from ..ir.graph import DTYPES
 from ..runtime import counters as _stats
-from ..runtime.cache import cache_dir, digest
+from ..runtime.cache import cache_dir, digest, write_atomic
 from . import expr as E
 from .kernel import (COMPARISONS, Component, Constant, Dot, Index, Kernel, Load, Op, Reduce,
                      Store, _value, identity)
@@ -120,6 +125,20 @@ class _Printer:
         if s.op == "cast":
             if dt == "b8":
                 return f"{a[0]} != 0"
+            if dt == "bf16" and self.interpret:
+                # the interpreter's float -> bfloat16 drops the low bits and flushes
+                # subnormals (numpy has no bfloat16): round to nearest even on the float's
+                # bits, as c10 does (NaN becomes 0x7FC0), and take the top half as the bits
+                f = f"{a[0]}.to(tl.float32)"
+                b = f"{f}.to(tl.uint32, bitcast=True)"
+                r = f"(({b} + 0x7FFF + (({b} >> 16) & 1)) >> 16)"
+                return (f"tl.where({f} != {f}, 0x7FC0, {r}).to(tl.uint16)"
+                        ".to(tl.bfloat16, bitcast=True)")
+            if self.interpret and self.dtype.get(a[0]) == "bf16" and dt != "bf16":
+                # and its bfloat16 -> float flushes subnormals: the bits, shifted up
+                up = (f"({a[0]}.to(tl.uint16, bitcast=True).to(tl.uint32) << 16)"
+                      ".to(tl.float32, bitcast=True)")
+                return up if dt == "f32" else f"{up}.to({TL_DTYPE[dt]})"
             return f"{a[0]}.to({TL_DTYPE[dt]})"
         if s.op == "sign":
             return (f"tl.where({a[0]} != {a[0]}, {a[0]}, ({a[0]} > 0).to({TL_DTYPE[dt]}) - "
@@ -130,22 +149,35 @@ class _Printer:
             return f"{fn}({a[0]}, {a[1]}{nan})"
         if s.op == "where":
             return f"tl.where({a[0]}, {a[1]}, {a[2]})"
+        if s.op in ("floordiv", "remainder", "fmod") and not is_float:
+            return self.int_division(s.op, a[0], a[1], TL_DTYPE[dt])
         if s.op == "floordiv":
-            if is_float:
-                return f"tl.floor({a[0]} / {a[1]})"
-            return (f"{a[0]} // {a[1]} - (({a[0]} % {a[1]} != 0) & "
-                    f"(({a[0]} < 0) != ({a[1]} < 0))).to({TL_DTYPE[dt]})")
+            return f"tl.floor({a[0]} / {a[1]})"
         if s.op == "remainder":
-            base = self.math("fmod", a) if is_float else f"{a[0]} % {a[1]}"
+            base = self.math("fmod", a)
             return (f"tl.where(({base} != 0) & (({base} < 0) != ({a[1]} < 0)), "
                     f"{base} + {a[1]}, {base})")
-        if s.op == "fmod" and not is_float:
-            return f"{a[0]} % {a[1]}"
         if s.op in _SIMPLE_UNARY:
             return _SIMPLE_UNARY[s.op].format(*a)
         if s.op in _BINARY:
             return _BINARY[s.op].format(*a)
         return self.math(s.op, a)
+
+    @staticmethod
+    def int_division(op: str, x: str, y: str, tl_dtype: str) -> str:
+        """Integer floordiv / remainder / fmod as torch's, and 0 for a zero divisor (what
+        eager CUDA's floor_divide gives; the cpu target raises as eager CPU does): the
+        divisor 0 becomes 1 before dividing, since a division by zero is undefined in the
+        GPU's code, then the result is multiplied by (divisor != 0)."""
+        d = f"({y} + ({y} == 0).to({tl_dtype}))"
+        if op == "floordiv":
+            q = (f"{x} // {d} - (({x} % {d} != 0) & "
+                 f"(({x} < 0) != ({d} < 0))).to({tl_dtype})")
+        else:
+            q = f"{x} % {d}"
+            if op == "remainder":
+                q = f"tl.where(({q} != 0) & (({q} < 0) != ({d} < 0)), {q} + {d}, {q})"
+        return f"({q}) * ({y} != 0).to({tl_dtype})"
 
     def math(self, op: str, a) -> str:
         table = _MATH_INTERPRET if self.interpret else _MATH_GPU
@@ -176,6 +208,7 @@ class _Printer:
                     and s.dtype != "b8":
                 text = f"({text}).to({TL_DTYPE[s.dtype]})"
             self.emit(f"{s.var} = {text}", depth)
+            self.dtype[s.var] = s.dtype
         elif isinstance(s, Store):
             mask = f", mask={s.mask}" if s.mask else ""
             self.emit(f"tl.store({s.buffer} + ({self.expr(s.index)}) + {zero}, {s.value}{mask})",
@@ -246,7 +279,10 @@ class _Printer:
 
     def looped(self, c: Component, tag: str, depth: int) -> None:
         """Each loop runs r over the row RBLOCK at a time, accumulating its reductions
-        lane-wise in [XBLOCK, RBLOCK] accumulators reduced after the loop."""
+        lane-wise in [XBLOCK, RBLOCK] accumulators reduced after the loop. A float sum's
+        lane adds ceil(rnumel / RBLOCK) terms in order (a split launch's: its chunk's),
+        then the lanes add as a tree: the error grows with rnumel / RBLOCK, not with
+        rnumel, as in Inductor's looped reductions (tests/codegen/test_reduction_numerics.py)."""
         xb, rb = f"XBLOCK{tag}", f"RBLOCK{tag}"
         for j, loop in enumerate(c.loops):
             reduces = [s for s in loop.body if isinstance(s, Reduce)]
@@ -429,6 +465,7 @@ def triton_source(kernel: Kernel, interpret: bool = False) -> tuple[str, str]:
 
 
 _LOADED: dict[str, Callable] = {}
+log = logging.getLogger("fusionstitch.codegen")
 
 
 def _load(name: str, source: str, interpret: bool):
@@ -436,11 +473,19 @@ def _load(name: str, source: str, interpret: bool):
     if fn is not None:
         _stats.bump("cache_hits")
         return fn
+    # the file is the module Triton runs (and reads back for the kernel's source): it
+    # must hold exactly `source`; a missing, truncated, altered or swapped file (another
+    # kernel's) is written again, atomically, before it is imported
     path = cache_dir("triton") / f"{name}.py"
-    if not path.exists():
-        tmp = path.with_suffix(f".{id(source)}.tmp")
-        tmp.write_text(source)
-        tmp.replace(path)
+    try:
+        held = path.read_bytes()
+    except OSError:
+        held = None
+    if held != source.encode():
+        if held is not None:
+            log.warning("fusionstitch: the cached Triton kernel %s does not hold its source "
+                        "(truncated, altered or another kernel's); writing it again", path)
+        write_atomic(path, source.encode())
         _stats.bump("kernels_compiled")
     else:
         _stats.bump("cache_hits")

@@ -57,9 +57,11 @@ def _is_static(val: Any) -> bool:
 
 
 def _log_fallback(op: str) -> None:
+    # at DEBUG: the frontend warns per graph, with every part that runs through torch
     if op not in _logged_fallback_ops:
         _logged_fallback_ops.add(op)
-        log.warning("op %s has no fusionstitch lowering; it runs through torch (fallback)", op)
+        log.debug("op %s is not an op of fusionstitch's IR; it runs through torch (fallback)",
+                  op)
 
 
 def fx_to_ir(gm: torch.fx.GraphModule, specs: list[Any], name: str = "graph") -> Graph:

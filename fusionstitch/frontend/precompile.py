@@ -26,6 +26,7 @@ with its flag, and it is why this is opt-in through torch's flag rather than our
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 from functools import partial
 from typing import Any
@@ -39,7 +40,7 @@ from . import graph_cache
 log = logging.getLogger("fusionstitch.frontend")
 
 # Bump when the artifact's content changes: an older one then refuses to load.
-FORMAT = 1
+FORMAT = 2
 
 try:   # torch >= 2.9 names it so; without it, precompile simply traces our frames again
     from torch._dynamo.precompile_context import BackendCacheArtifact, PrecompileContext
@@ -62,10 +63,16 @@ def _versions() -> str:
     return versions()
 
 
+def _checksum(key: str, data: bytes) -> str:
+    return hashlib.sha256(key.encode() + b"\0" + data).hexdigest()
+
+
 if BackendCacheArtifact is not None:
     class FusionstitchArtifact(BackendCacheArtifact):
         """`content`: (FORMAT, graph_cache.FORMAT, versions, options as a dict, graph cache
-        key, pickled graph cache entry, number of inputs).
+        key, pickled graph cache entry, its checksum, number of inputs). The checksum
+        (SHA-256 of the key and the entry) refuses an entry damaged in torch's cache file
+        before it is unpickled.
 
         The compiled graph is built when the artifact is unpickled, not in
         `after_deserialization`: torch (2.13) cannot recover from an error raised there
@@ -86,11 +93,16 @@ if BackendCacheArtifact is not None:
             return FusionstitchArtifact(key=self.key, content=self.content)
 
         def _build(self) -> Any:
-            fmt, graph_format, versions, options, key, data, num_inputs = self.content
-            if (fmt, graph_format) != (FORMAT, graph_cache.FORMAT):
-                raise RuntimeError(f"fusionstitch: precompiled graph {self.key} has format "
-                                   f"{(fmt, graph_format)}, this fusionstitch reads "
+            content = self.content
+            if not isinstance(content, tuple) or len(content) != 8 or \
+                    content[:2] != (FORMAT, graph_cache.FORMAT):
+                raise RuntimeError(f"fusionstitch: precompiled graph {self.key} has another "
+                                   f"format; this fusionstitch reads "
                                    f"{(FORMAT, graph_cache.FORMAT)}")
+            _, _, versions, options, key, data, checksum, num_inputs = content
+            if not isinstance(data, bytes) or checksum != _checksum(key, data):
+                raise RuntimeError(f"fusionstitch: precompiled graph {self.key} is damaged "
+                                   "(its checksum does not match)")
             if versions != _versions():
                 raise RuntimeError(f"fusionstitch: precompiled graph {self.key} was saved by "
                                    f"{versions}, this is {_versions()}")
@@ -129,7 +141,7 @@ def record(gm: torch.fx.GraphModule, cache_key: str | None, options: config.Opti
         PrecompileContext.record_artifact(FusionstitchArtifact(
             key=backend_id,
             content=(FORMAT, graph_cache.FORMAT, _versions(), options_dict, cache_key, data,
-                     num_inputs)))
+                     _checksum(cache_key, data), num_inputs)))
     except Exception as e:   # never fail the compile for the cache's sake
         log.debug("precompile: %s not recorded: %s: %s", backend_id, type(e).__name__, e)
         return False

@@ -57,8 +57,38 @@ def decompositions() -> dict:
 
 
 def strict() -> bool:
-    """FUSIONSTITCH_STRICT=1: internal errors raise instead of falling back to torch."""
-    return config.env_flag("FUSIONSTITCH_STRICT")
+    """FUSIONSTITCH_STRICT=1: errors raise instead of falling back to torch (config.strict)."""
+    return config.strict()
+
+
+class FallbackRefused(RuntimeError):
+    """FUSIONSTITCH_STRICT=all: a graph, or part of one, would run through torch."""
+
+
+def _refuse(name: str, why: str) -> None:
+    raise FallbackRefused(f"fusionstitch: {name} would run through torch "
+                          f"(FUSIONSTITCH_STRICT=all): {why}")
+
+
+def check_devices(options: config.Options, inputs: list) -> None:
+    """Refuse (ValueError naming what was expected) a target that cannot run on the
+    inputs' device: `cuda` without a GPU or without CUDA inputs, `cpu` / `interpret`
+    with inputs elsewhere than on the CPU."""
+    devices = sorted({t.device.type for t in inputs if isinstance(t, torch.Tensor)})
+    target = options.target
+    others = "target='cpu', 'interpret' or 'auto'"
+    if target == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("fusionstitch: target='cuda' needs a CUDA GPU, and torch sees "
+                             f"none (torch.cuda.is_available() is False); use {others}")
+        if devices and "cuda" not in devices:
+            raise ValueError(f"fusionstitch: target='cuda' runs on CUDA tensors, and this "
+                             f"graph's inputs are on {', '.join(devices)}; move them to the "
+                             f"GPU, or use {others}")
+    elif target in ("cpu", "interpret") and set(devices) - {"cpu"}:
+        raise ValueError(f"fusionstitch: target={target!r} runs on CPU tensors, and this "
+                         f"graph's inputs are on {', '.join(devices)}; use target='cuda' for "
+                         "CUDA tensors, or 'auto'")
 
 
 @dataclass
@@ -70,6 +100,7 @@ class Specialisation:
     program: Program
     planning_seconds: float
     run: Callable             # what a call runs: the program, or its CUDA-graph wrapper
+    target: str = ""          # the target it was planned for (`auto` resolved)
 
 
 _FALLBACK = object()
@@ -145,30 +176,41 @@ class CompiledGraph:
         return entry.run([a for a in args if isinstance(a, torch.Tensor)])
 
     def _unfused(self, args: list) -> list:
-        """The graph run through torch (a specialisation that fell back)."""
+        """The graph run through torch (a specialisation that fell back): a fallback."""
+        _stats.bump("fallbacks")
         out = self.gm(*args)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
     def _specialise(self, args: list) -> Any:
         try:
+            device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+            target = self.options.resolved_target(device)
+            if device is not None and device.type not in ("cpu", "cuda") and self.execute:
+                raise Unsupported(f"inputs on device {device.type}: no fusionstitch target "
+                                  "runs there")
             specs = input_specs(args)
             graph = fx_to_ir(self.gm, specs, self.name)
-            dump = dumper(self.name, self.options.strategy, self.options.resolved_target())
+            dump = dumper(self.name, self.options.strategy, target)
             if dump:
                 dump("frontend", graph)
             start = time.perf_counter()
             canon = canonicalize(graph, verify=config.verify_enabled(), dump=dump)
-            plan = make_plan(canon, self.options.strategy, self.options.resolved_target())
+            plan = make_plan(canon, self.options.strategy, target)
             seconds = time.perf_counter() - start
             if dump:
                 dump(f"{plan.strategy}_plan", plan)
-            device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
             # placeholder number -> parameter number (numbers do not become parameters)
             param_of = {j: k for k, j in enumerate(
                 j for j, a in enumerate(args) if isinstance(a, torch.Tensor))}
             mutated = [(i, param_of[j]) for i, j in self.mutated if j in param_of]
-            target = self.options.resolved_target() if self.execute else "torch"
-            program = Program(plan, device, target, mutated, static=bool(self._static))
+            program = Program(plan, device, target if self.execute else "torch", mutated,
+                              static=bool(self._static))
+            if program.fallback_reasons:
+                parts = "; ".join(program.fallback_reasons)
+                if config.strict_all():
+                    _refuse(self.name, parts)
+                log.warning("%s: %d part(s) run through torch (counted in fallbacks): %s",
+                            self.name, len(program.fallback_reasons), parts)
             run = program
             if self.options.cuda_graphs:
                 from ..runtime.cudagraph import wrap
@@ -176,18 +218,22 @@ class CompiledGraph:
                            [a for a in args if isinstance(a, torch.Tensor)])
             if dump:
                 from ..report.debug import dump_kernels
-                dump_kernels(dump.folder, plan, program.kernel_steps,
-                             self.options.resolved_target())
-            return Specialisation(canon, plan, program, seconds, run)
+                dump_kernels(dump.folder, plan, program.kernel_steps, target)
+            return Specialisation(canon, plan, program, seconds, run, target)
+        except FallbackRefused:
+            raise
         except Unsupported as e:
+            if config.strict_all():
+                _refuse(self.name, str(e))
             self.fallback_reason = str(e)
-            log.warning("%s runs through torch unfused: %s", self.name, e)
+            log.warning("%s runs through torch unfused (counted in fallbacks): %s",
+                        self.name, e)
         except Exception as e:  # an internal error must never give a wrong number
             if strict():
                 raise
             self.fallback_reason = f"internal error: {type(e).__name__}: {e}"
-            log.exception("%s: internal error, running through torch unfused", self.name)
-        _stats.bump("fallbacks")
+            log.exception("%s: internal error, running through torch unfused (counted in "
+                          "fallbacks)", self.name)
         return _FALLBACK
 
 
@@ -215,13 +261,19 @@ def static_inputs(gm: torch.fx.GraphModule) -> int:
 
 def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = False,
             _sink: list | None = None, _execute: bool = True) -> Callable:
-    """A torch.compile backend with these options (see README's knobs table)."""
-    options = config.Options(strategy=strategy, target=target, cuda_graphs=cuda_graphs)
+    """A torch.compile backend with these options (see README's knobs table). torch.compile's
+    `mode=` and `options=` (a dict of these options) reach it too and apply on top."""
+    base = config.Options(strategy=strategy, target=target, cuda_graphs=cuda_graphs)
 
-    def fusionstitch_backend(gm: torch.fx.GraphModule, example_inputs: list):
+    def fusionstitch_backend(gm: torch.fx.GraphModule, example_inputs: list,
+                             mode: str | None = None, options: dict | None = None):
         if config.disabled():
             log.info("FUSIONSTITCH_DISABLE is set: running the graph through torch")
             return gm.forward
+        options = base if mode is None and options is None else \
+            base.with_compile_args(mode, options)
+        if _execute:
+            check_devices(options, example_inputs)
         from torch._dynamo.backends.common import aot_autograd
         make = partial(CompiledGraph, options=options, sink=_sink, execute=_execute)
 
@@ -275,7 +327,7 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
     # backend called by hand, a wrapper compiling sub-graphs): our compile never runs
     # under Dynamo's eye
     compile_graph = no_dynamo(fusionstitch_backend, "fusionstitch compiles a graph")
-    compile_graph.options = options  # type: ignore[attr-defined]
+    compile_graph.options = base  # type: ignore[attr-defined]
     return compile_graph
 
 

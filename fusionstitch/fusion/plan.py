@@ -64,6 +64,8 @@ class FusionPlan:
 
     @property
     def num_fallback_calls(self) -> int:
+        """Library groups of ops outside the IR (a Program also counts, per target, the
+        ops code generation left to torch: runtime/program.num_fallback_groups)."""
         return sum(1 for g in self.groups if g.kind == LIBRARY
                    and any(lookup(self.graph[n].op).fallback for n in g.nodes))
 

@@ -20,8 +20,9 @@ The value is the plan's groups (node names, kind, composition) and the stages of
 the planning run that made it (kept for reading, not reported again). Files are
 `cache_dir("plans")/<key>.json`, written to a temporary file and renamed into
 place (as the kernel caches do). An entry that does not load, does not match its
-key or checksum, or does not give a valid plan for the graph is ignored (logged at
-DEBUG) and the graph is planned again: a bad entry costs time, never a result.
+key or its checksum (of every field), or does not give a valid plan for the graph is
+ignored (logged at DEBUG) and the graph is planned again: a bad entry costs time,
+never a result.
 `FUSIONSTITCH_PLAN_CACHE=0` turns the cache off.
 """
 from __future__ import annotations
@@ -44,7 +45,7 @@ from .plan import FREE, KERNEL, LIBRARY, FusionPlan, Group, is_input, node_kind
 log = logging.getLogger("fusionstitch.fusion")
 
 # Bump when the file layout changes: older files then miss instead of failing to load.
-FORMAT = 1
+FORMAT = 2
 # The stage a loaded plan reports: its seconds are the time the look-up took.
 HIT_STAGE = "plan_cache"
 
@@ -98,8 +99,11 @@ def _encode(plan: FusionPlan) -> tuple[str, tuple]:
     return plan.strategy, tuple((g.nodes, g.kind, g.composition) for g in plan.groups)
 
 
-def _checksum(groups) -> str:
-    return digest(json.dumps(groups, separators=(",", ":")))
+def _checksum(entry: dict) -> str:
+    """The digest of every field of a stored entry but its checksum (all of it is read
+    back: a damaged byte anywhere makes the entry miss)."""
+    rest = {k: v for k, v in entry.items() if k != "checksum"}
+    return digest(json.dumps(rest, separators=(",", ":"), sort_keys=True))
 
 
 def _read(key: str) -> tuple[str, tuple] | None:
@@ -117,9 +121,9 @@ def _read(key: str) -> tuple[str, tuple] | None:
     try:
         if entry["format"] != FORMAT or entry["key"] != key:
             raise ValueError("format or key does not match")
-        groups = entry["groups"]
-        if entry["checksum"] != _checksum(groups):
+        if entry["checksum"] != _checksum(entry):
             raise ValueError("checksum does not match")
+        groups = entry["groups"]
         if not isinstance(entry["strategy"], str):
             raise ValueError("no strategy")
         return entry["strategy"], tuple((tuple(nodes), kind, comp) for nodes, kind, comp in groups)
@@ -180,8 +184,8 @@ def store(plan: FusionPlan, target: str, key: str) -> None:
     strategy, groups = _MEMORY[key] = _encode(plan)
     as_lists = [[list(nodes), kind, comp] for nodes, kind, comp in groups]
     entry = {"format": FORMAT, "key": key, "strategy": strategy, "target": target,
-             "graph": plan.graph.name, "stages": dict(plan.stages),
-             "checksum": _checksum(as_lists), "groups": as_lists}
+             "graph": plan.graph.name, "stages": dict(plan.stages), "groups": as_lists}
+    entry["checksum"] = _checksum(entry)
     try:
         write_atomic(_path(key), json.dumps(entry, separators=(",", ":")).encode("utf-8"))
     except OSError as e:

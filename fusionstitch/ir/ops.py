@@ -8,7 +8,7 @@ aten level; the shape/dtype rule runs the same overload on meta tensors.
 
 Ops that are not in the table are still representable: `lookup` gives them a
 `library` definition flagged `fallback=True` (run by torch, never fused), which
-the frontend logs once and counts in `stats()["fallbacks"]`.
+the runtime counts in `stats()["fallbacks"]` on every call and the frontend logs per graph.
 """
 from __future__ import annotations
 

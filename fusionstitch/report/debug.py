@@ -7,14 +7,28 @@
                          the group it came from and its kernel IR
     repro.py             a runnable script: re-plans 01_frontend.txt and checks the plan
                          against the unfused execution on random inputs
+
+A debug folder that cannot be written gives one warning per folder and the compile
+goes on without the dump (a dump is for reading, never a reason to fall back).
 """
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from typing import Any, Callable
 
 from .. import config
+
+log = logging.getLogger("fusionstitch.report")
+_WARNED: set[str] = set()
+
+
+def _cannot_write(root: str, e: OSError) -> None:
+    if root not in _WARNED:
+        _WARNED.add(root)
+        log.warning("fusionstitch: the debug folder %s cannot be written (%s); compiling "
+                    "without the dump", root, e)
 
 REPRO = '''"""Repro for graph {graph}: python repro.py  (strategy {strategy}, target {target}).
 
@@ -63,16 +77,23 @@ def dumper(graph_name: str, strategy: str, target: str) -> Callable[[str, Any], 
     if not root:
         return None
     folder = os.path.join(root, graph_name)
-    os.makedirs(folder, exist_ok=True)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "repro.py"), "w") as f:
+            f.write(REPRO.format(graph=graph_name, strategy=strategy, target=target))
+    except OSError as e:
+        _cannot_write(root, e)
+        return None
     counter = itertools.count(1)
-    with open(os.path.join(folder, "repro.py"), "w") as f:
-        f.write(REPRO.format(graph=graph_name, strategy=strategy, target=target))
 
     def dump(stage: str, obj: Any) -> None:
         path = os.path.join(folder, f"{next(counter):02d}_{stage}.txt")
         text = obj.to_text() if hasattr(obj, "to_text") else str(obj)
-        with open(path, "w") as f:
-            f.write(text if text.endswith("\n") else text + "\n")
+        try:
+            with open(path, "w") as f:
+                f.write(text if text.endswith("\n") else text + "\n")
+        except OSError as e:   # the folder went away, the disk is full
+            _cannot_write(root, e)
     dump.folder = folder  # type: ignore[attr-defined]
     return dump
 
@@ -81,12 +102,15 @@ def dump_kernels(folder: str, plan, steps: dict, target: str) -> None:
     """Write each generated kernel's source, with its group and kernel IR as a header."""
     from .source import kernel_source
     out = os.path.join(folder, "kernels")
-    os.makedirs(out, exist_ok=True)
-    for g in plan.groups:
-        step = steps.get(g.id)
-        if step is None:
-            continue
-        ks = kernel_source(plan, g, target, step.kernel)
-        if ks.source:
-            with open(os.path.join(out, ks.file_name), "w") as f:
-                f.write(ks.file_text)
+    try:
+        os.makedirs(out, exist_ok=True)
+        for g in plan.groups:
+            step = steps.get(g.id)
+            if step is None:
+                continue
+            ks = kernel_source(plan, g, target, step.kernel)
+            if ks.source:
+                with open(os.path.join(out, ks.file_name), "w") as f:
+                    f.write(ks.file_text)
+    except OSError as e:
+        _cannot_write(os.path.dirname(folder), e)

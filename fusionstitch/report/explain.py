@@ -38,6 +38,9 @@ class GraphReport:
     plan: object = None       # FusionPlan, or None when the graph fell back to torch
     fallback_reason: str | None = None
     stages: dict = field(default_factory=dict)   # planning seconds per stage
+    # what runs through torch on each call and why, one line per fallback (the parts of
+    # the plan, or the whole graph): what `stats()["fallbacks"]` counts per call
+    fallbacks: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -54,6 +57,8 @@ class Report:
     num_library_calls = property(lambda self: sum(g.num_library_calls for g in self.graphs))
     bytes_moved = property(lambda self: sum(g.bytes_moved for g in self.graphs))
     planning_seconds = property(lambda self: sum(g.planning_seconds for g in self.graphs))
+    # fallbacks per step (a kernel build error is found by building: not counted here)
+    num_fallbacks = property(lambda self: sum(len(g.fallbacks) for g in self.graphs))
 
     def why_not_fused(self, a: str, b: str) -> str:
         """Why IR nodes %a and %b (of one graph) are not in one kernel, in words."""
@@ -95,6 +100,8 @@ class Report:
                     f"{g.num_library_calls} library calls, {g.bytes_moved / 1e6:.3f} MB")
             if g.fallback_reason:
                 head += f"  [runs through torch: {g.fallback_reason}]"
+            elif g.fallbacks:
+                head += f"  [{len(g.fallbacks)} fallback(s): {'; '.join(g.fallbacks)}]"
             if g.stages:
                 head += "  [planning: " + ", ".join(f"{k} {v * 1e3:.1f} ms"
                                                     for k, v in g.stages.items()) + "]"
@@ -130,6 +137,7 @@ def plan_report(graphs: list[Graph], strategy: str, target: str) -> Report:
     import time
 
     from ..fusion import make_plan
+    from ..runtime.program import fallback_reasons
     report = Report(strategy, target)
     for g in graphs:
         start = time.perf_counter()
@@ -137,7 +145,7 @@ def plan_report(graphs: list[Graph], strategy: str, target: str) -> Report:
         report.graphs.append(GraphReport(
             g.name, g.name.rsplit("_", 1)[0], count_ops(g), plan.num_kernels,
             plan.num_library_calls, plan_bytes(plan), time.perf_counter() - start, plan,
-            stages=dict(plan.stages)))
+            stages=dict(plan.stages), fallbacks=fallback_reasons(plan, target)))
     return report
 
 
@@ -228,7 +236,10 @@ def explain(fn, *args, strategy: str = "stitch", target: str = "auto", **kwargs)
         raise RuntimeError("fusionstitch.explain: torch.compile produced no graph for this "
                            "function: Dynamo ran it eagerly (TORCH_LOGS=graph_breaks says "
                            "why, e.g. an nn.LSTM, which Dynamo does not capture)")
-    report = sink_report(sink, strategy, opts.resolved_target())
+    # the target the graphs were planned for (`auto` resolves per graph from its inputs)
+    target = next((spec.target for cg in sink for spec in cg.specialisations.values()
+                   if hasattr(spec, "target")), opts.resolved_target())
+    report = sink_report(sink, strategy, target)
     if note:
         report.notes.append(note)
     return report
@@ -237,17 +248,20 @@ def explain(fn, *args, strategy: str = "stitch", target: str = "auto", **kwargs)
 def sink_report(sink: list, strategy: str, target: str) -> Report:
     """A Report of the graphs a fusionstitch backend compiled (its `_sink` list), with the
     plans it made: explain()'s, or those of a timed run (the demo reports what it ran)."""
+    from ..runtime.program import fallback_reasons
     report = Report(strategy, target)
     for cg in sink:
         if not cg.specialisations:
             continue
         for spec in cg.specialisations.values():
             if not hasattr(spec, "plan"):
-                report.graphs.append(GraphReport(cg.name, cg.kind, 0, 0, 0, 0, 0.0,
-                                                 fallback_reason=cg.fallback_reason))
+                report.graphs.append(GraphReport(
+                    cg.name, cg.kind, 0, 0, 0, 0, 0.0, fallback_reason=cg.fallback_reason,
+                    fallbacks=[f"the graph: {cg.fallback_reason}"]))
                 continue
             report.graphs.append(GraphReport(
                 cg.name, cg.kind, count_ops(spec.graph), spec.plan.num_kernels,
                 spec.plan.num_library_calls, plan_bytes(spec.plan), spec.planning_seconds,
-                spec.plan, stages=dict(spec.plan.stages)))
+                spec.plan, stages=dict(spec.plan.stages),
+                fallbacks=fallback_reasons(spec.plan, target)))
     return report

@@ -1,28 +1,43 @@
 """Program: executes a FusionPlan group by group.
 
-This is the plan executor of the torch path: each group's nodes run through
-their reference implementations (aten overloads), which is how the `none`
-strategy runs and how every plan is checked before code generation exists.
-It counts one launch per kernel group and one call per library group, so
-`stats()["kernels_launched"]` matches `explain().num_kernels`.
+This is the plan executor: kernel groups run as generated kernels on the targets
+that generate them (cpu, cuda, interpret), and through their nodes' reference
+implementations (aten overloads) on the `torch` target, which is how explain()
+runs a plan. It counts one launch per kernel group and one call per library group,
+so `stats()["kernels_launched"]` matches `explain().num_kernels`.
+
+Fallbacks: every part of a plan that runs through torch instead of the kernel or
+call the plan meant is counted in `stats()["fallbacks"]`, once per group per call,
+and `fallback_reasons` names the cause of each (the frontend logs them per graph):
+- an op outside fusionstitch's IR (a library node run by torch);
+- an op code-generation legality left to torch because no rule lowers it (GEMMs on a
+  target without GEMM stages are library calls by design, and random ops run through
+  torch to keep eager's RNG stream: neither is a fallback);
+- the kernel groups of a plan whose kernels could not be built (no C++ compiler, a
+  source the compiler rejects, a kernel the printer cannot print): they run through
+  torch and count as fallbacks, not as launches. Under FUSIONSTITCH_STRICT=1 the
+  build error is raised instead.
 
 Intermediates are dropped after their last use so peak memory stays as eager; on the
 CPU the memory of large ones may serve later kernel outputs (runtime/recycle.py).
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
 import torch
 
-from ..fusion.plan import KERNEL, LIBRARY, FusionPlan
+from .. import config
+from ..fusion.plan import KERNEL, LIBRARY, FusionPlan, node_kind
 from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Ref, TensorLiteral
-from ..ir.ops import resolve_overload
+from ..ir.ops import lookup, resolve_overload
 from . import counters as _stats
 from . import recycle as _recycle
+
+# the step kind of a kernel group run through torch because its kernel was not built
+_UNBUILT = "unbuilt"
 
 
 @dataclass(frozen=True)
@@ -83,10 +98,24 @@ class Program:
         for value, user in last_use.items():
             if value not in keep:
                 dead_after.setdefault(user, []).append(slot_of[value])
-        kernels = compile_kernels(plan, target, slot_of, self.device, list(mutated))
+        from ..codegen.cpu_build import KernelBuildError
+        from ..fusion import CODEGEN_TARGETS
+        self.fallback_reasons: list[str] = fallback_reasons(plan, target)
+        try:
+            kernels = compile_kernels(plan, target, slot_of, self.device, list(mutated))
+        except KernelBuildError as e:
+            if config.strict():
+                raise
+            kernels = {}
+            n = plan.num_kernels
+            self.fallback_reasons.append(
+                f"{n} kernel group{'s' * (n != 1)} ({e.cause}): {e}")
         for k in kernels.values():
             k.static = static
         self.kernel_steps = kernels
+        # kernel groups without a generated kernel on a target that generates them run
+        # through torch as fallbacks (a build error above), not as launches
+        unbuilt = KERNEL if target not in CODEGEN_TARGETS else _UNBUILT
         steps = []
         for g in plan.groups:
             step = kernels.get(g.id)
@@ -109,7 +138,7 @@ class Program:
                     args = [_template(a, slot_of) for a in node.args]
                     kwargs = {k: _template(v, slot_of) for k, v in node.kwargs}
                 ops.append((slot_of[name], fn, args, kwargs, dead_after.get(name, ())))
-            steps.append((g.kind, ops))
+            steps.append((unbuilt if g.kind == KERNEL else g.kind, ops))
         self.steps = steps
         self.outputs = [_Slot(slot_of[o.name]) if isinstance(o, Ref) else o
                         for o in graph.outputs]
@@ -140,9 +169,11 @@ class Program:
                 slot_of[n.name] for n in graph.nodes
                 if n.op not in (PARAMETER, CONSTANT) and isinstance(n.type, TensorType)
                 and n.type.nbytes >= recycle.MIN_BYTES)
-        self.num_kernels = plan.num_kernels
+        self.num_kernels = sum(1 for kind, _ in steps if kind in ("generated", KERNEL))
         self.num_library_calls = plan.num_library_calls
-        self.num_fallback_calls = plan.num_fallback_calls
+        # per call: library groups that are fallbacks, and kernel groups left unbuilt
+        self.num_fallback_calls = num_fallback_groups(plan, target) + sum(
+            1 for kind, _ in steps if kind == _UNBUILT)
         assert all(n.op != PARAMETER for n in graph.nodes[len(self.param_slots):]), \
             "parameters must lead the graph"
 
@@ -174,6 +205,7 @@ class Program:
                 kernels += 1
             elif kind == LIBRARY:
                 library += 1
+            # _UNBUILT: counted below, in num_fallback_calls
         _stats.bump("kernels_launched", kernels)
         _stats.bump("library_calls", library)
         if self.num_fallback_calls:
@@ -198,8 +230,51 @@ def _getitem(seq, index):
     return seq[index]
 
 
-_warned_compiler: list = []
-log = logging.getLogger("fusionstitch.runtime")
+def _demoted(plan: FusionPlan, target: str):
+    """(group, node) of each op code-generation legality left to torch because no rule
+    lowers it: a one-op library group of an op that is a kernel op alone. Not those that
+    run through torch by design: GEMMs on targets without GEMM stages (library calls),
+    random ops (eager's RNG stream is kept by letting torch draw)."""
+    from ..fusion import CODEGEN_TARGETS
+    if target not in CODEGEN_TARGETS:
+        return
+    from ..schedule.propagate import FUSIBLE_DOTS
+    graph = plan.graph
+    for g in plan.groups:
+        if g.kind == LIBRARY and len(g.nodes) == 1:
+            node = graph[g.nodes[0]]
+            if node_kind(node) == KERNEL and node.op not in FUSIBLE_DOTS \
+                    and not lookup(node.op).random:
+                yield g, node
+
+
+def _outside_ir(plan: FusionPlan):
+    graph = plan.graph
+    for g in plan.groups:
+        if g.kind == LIBRARY:
+            node = next((graph[n] for n in g.nodes if lookup(graph[n].op).fallback), None)
+            if node is not None:
+                yield g, node
+
+
+def num_fallback_groups(plan: FusionPlan, target: str) -> int:
+    """Library groups of `plan` that are fallbacks on `target` (see the module docstring)."""
+    return sum(1 for _ in _outside_ir(plan)) + sum(1 for _ in _demoted(plan, target))
+
+
+def fallback_reasons(plan: FusionPlan, target: str) -> list[str]:
+    """Why each fallback library group of `plan` runs through torch, one line each."""
+    out = [f"%{node.name} ({node.op}): not an op of fusionstitch's IR"
+           for _, node in _outside_ir(plan)]
+    from ..codegen.lower import Unsupported, lower_cached
+    for _, node in _demoted(plan, target):
+        try:
+            lower_cached(plan.graph, (node.name,))
+            why = "left to torch by code-generation legality"
+        except Unsupported as e:
+            why = str(e)
+        out.append(f"%{node.name} ({node.op}): no {target} kernel: {why}")
+    return out
 
 
 def compile_kernels(plan: FusionPlan, target: str, slot_of: dict[str, int],
@@ -226,16 +301,8 @@ def compile_kernels(plan: FusionPlan, target: str, slot_of: dict[str, int],
         lowered = [(g, may_alias(k, [(pos, graph.params[p].name) for pos, p in writes[g.id]])
                     if g.id in writes else k) for g, k in lowered]
     if target == "cpu":
-        from ..codegen.cpu import CompilerUnavailable, compile_cpu
-        try:
-            runs = compile_cpu([k for _, k in lowered])
-        except CompilerUnavailable as e:
-            # one clear warning, then the plan runs group by group through torch
-            if not _warned_compiler:
-                _warned_compiler.append(True)
-                log.warning("fusionstitch: the C++ compiler is unavailable, kernels run "
-                            "through torch: %s", e)
-            return {}
+        from ..codegen.cpu import compile_cpu
+        runs = compile_cpu([k for _, k in lowered])   # KernelBuildError: see Program
     else:
         from ..codegen.triton import TritonKernel
         runs = [TritonKernel(k, interpret=(target == "interpret")) for _, k in lowered]

@@ -36,6 +36,22 @@ def test_channel_statistics_run_in_rows_not_columns():
     assert "columns:" not in src and "reduce" in src
 
 
+def test_batch_norm_statistics_run_along_h_times_w():
+    """var_mean over N, H, W of NCHW (batch norm's statistics, both loops): the dense
+    version's inner loop runs over H * W contiguous elements, not rows of W with a
+    division per row (8-12 ms against eager's 0.2 ms on [32, 64, 28, 28], one thread)."""
+    import re
+    x = torch.randn(4, 16, 6, 10)
+    _, (src,) = kernel_sources(lambda t: torch.var_mean(t, (0, 2, 3), correction=0), x)
+    dense = src[src.index("// dense"):].split("} else {")[0]
+    assert len(re.findall(r"rinner = ks\d+ \* ks\d+ > 0", dense)) == 2, dense
+    c = torch.compile(lambda t: torch.var_mean(t, (0, 2, 3), correction=0),
+                      backend=fusionstitch.backend(target="cpu"))
+    for t in (x, x.transpose(2, 3).contiguous().transpose(2, 3), x[:, :, :, ::2]):
+        for got, want in zip(c(t), torch.var_mean(t, (0, 2, 3), correction=0)):
+            torch.testing.assert_close(got, want)
+
+
 def test_column_sums_with_per_row_vectors_run_in_columns():
     # a layer-norm weight gradient: sum over rows of g * (x - mean[row]) * rstd[row]
     def f(g, x, mean, rstd):

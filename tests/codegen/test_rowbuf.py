@@ -68,3 +68,20 @@ def test_flat_and_single_loop_components_have_no_plan():
     assert not plan_rows(Component("flat", E.Sym("m", 4), E.ONE, (), ()))
     assert not plan_rows(comp([Load("v", "in0", IDX, None, "f32"),
                                Reduce("s", "sum", "v", "f32")]))
+
+
+def test_work_that_does_not_vary_with_r_is_not_kept():
+    # the variance's d = x - pivot (lowerings._variance_passes): the pivot (the row's first
+    # element, with its isinf check) is computed once per x, so d is one op on a load and
+    # the second loop recomputes it instead of storing and reading a row buffer
+    first = X * E.Sym("n", 8)
+    c = comp(
+        [Load("a", "in0", IDX, None, "f32"), Load("p", "in0", first, "xmask", "f32"),
+         Op("inf", "isinf", ("p",), "b8"), Constant("z", 0.0, "f32"),
+         Op("pv", "where", ("inf", "z", "p"), "f32"), Op("d", "sub", ("a", "pv"), "f32"),
+         Reduce("s", "sum", "d", "f32")],
+        [Load("a2", "in0", IDX, None, "f32"), Load("p2", "in0", first, "xmask", "f32"),
+         Op("inf2", "isinf", ("p2",), "b8"), Constant("z2", 0.0, "f32"),
+         Op("pv2", "where", ("inf2", "z2", "p2"), "f32"), Op("d2", "sub", ("a2", "pv2"), "f32"),
+         Op("e2", "exp", ("d2",), "f32"), Reduce("t", "sum", "e2", "f32")])
+    assert not plan_rows(c)

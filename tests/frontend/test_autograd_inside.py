@@ -19,6 +19,7 @@ import torch
 import torch.utils.checkpoint as checkpoint
 
 import fusionstitch
+import known_fallbacks
 from dynamo_frames import counting_aot_backend, reset, watch
 
 CALLS = 3   # the first compiles (the backward lazily, in the call), the others reuse
@@ -27,6 +28,9 @@ CALLS = 3   # the first compiles (the backward lazily, in the call), the others 
 # FUSIONSTITCH_TEST_INTERPRET=all runs every case there too
 INTERPRET_SHARE = ("logreg_step", "breaks_around_backward", "checkpointed_input_gradient",
                    "functorch_vmap_grad")
+# ops the cases use that no code generator lowers yet (README: Fallbacks): they run
+# through torch, counted; the gradient penalty's norm
+KNOWN_GAPS = known_fallbacks.ALLOWED | {"linalg_vector_norm.default"}
 
 
 def _graph_break():
@@ -142,7 +146,7 @@ def _case_targets() -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("case,target", _case_targets())
-def test_no_frame_of_ours_is_traced(case, target, monkeypatch):
+def test_no_frame_of_ours_is_traced(case, target, monkeypatch, caplog):
     monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")   # an internal error raises
     fn, make_args = CASES[case]
     graphs, counts = _reference(fn, make_args())
@@ -154,7 +158,11 @@ def test_no_frame_of_ours_is_traced(case, target, monkeypatch):
     assert seen.ours() == [], f"Dynamo converted fusionstitch's frames: {seen.ours()}"
     assert seen.graphs == graphs, "the same Dynamo graphs as aot_eager"
     assert fusionstitch.stats()["compiles"] == sum(counts.values()), counts
-    assert fusionstitch.stats()["fallbacks"] == 0
+    # what runs through torch is only a lowering no code generator has, logged and counted
+    parts = [p for r in caplog.records if r.name == "fusionstitch.frontend"
+             and "run through torch" in r.msg for p in str(r.args[2]).split("; ")]
+    assert all(any(f"({op})" in p for op in KNOWN_GAPS) for p in parts), parts
+    assert (fusionstitch.stats()["fallbacks"] > 0) == bool(parts), parts
     want = fn(*make_args())
     for g, w in zip(got if isinstance(got, tuple) else (got,),
                     want if isinstance(want, tuple) else (want,)):

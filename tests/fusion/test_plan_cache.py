@@ -97,7 +97,7 @@ def test_a_bad_entry_is_ignored_and_replanned(garbage, fresh_cache, caplog):
     if garbage == "WRONG_GROUPS":
         # every op in one library group: passes the checksum, fails the rebuild
         entry["groups"] = [[["m", "s", "e", "z", "d", "y"], "library", "single"]]
-        entry["checksum"] = plan_cache._checksum(entry["groups"])
+        entry["checksum"] = plan_cache._checksum(entry)
         garbage = json.dumps(entry)
     elif garbage == "OTHER_KEY":
         entry["key"] = "0" * 24
@@ -124,7 +124,7 @@ def rewrite_groups(cache, g, edit):
     path = cache / "plans" / name
     entry = json.loads(path.read_text())
     entry["groups"] = [edit(nodes, kind, comp) for nodes, kind, comp in entry["groups"]]
-    entry["checksum"] = plan_cache._checksum(entry["groups"])
+    entry["checksum"] = plan_cache._checksum(entry)
     path.write_text(json.dumps(entry))
     clear_memory_caches()
 

@@ -9,6 +9,8 @@ end, skipped without CUDA.
 """
 import logging
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +22,12 @@ from fusionstitch.fusion import make_plan
 from fusionstitch.fusion.plan import plan_none
 from fusionstitch.runtime import counters, cudagraph
 from fusionstitch.runtime.cudagraph import GraphedProgram
+from fusionstitch.report.explain import sink_report
 from fusionstitch.runtime.program import Program
+
+# the zoo's known fallbacks (tests/frontend: the folders have no __init__.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "frontend"))
+import known_fallbacks  # noqa: E402
 
 CPU_TARGET = "cpu" if shutil.which("g++") else "interpret"
 no_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -311,14 +318,15 @@ def fake_capture(monkeypatch):
     monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
 
 
-def run_steps(name, device, target, steps=4):
+def run_steps(name, device, target, steps=4, sink=None):
     """Eager and compiled (cuda_graphs=True) steps of a zoo workload on new input values,
     compared step by step (as tests/frontend/test_zoo_numerics.py compares them); at the
     end every step's results are still what they were when returned (no replay overwrote
     them)."""
     torch._dynamo.reset()
     eager, comp = W.make(name, "small", device=device), W.make(name, "small", device=device)
-    fn = torch.compile(comp.fn, backend=fusionstitch.backend(target=target, cuda_graphs=True))
+    fn = torch.compile(comp.fn, backend=fusionstitch.backend(target=target, cuda_graphs=True,
+                                                             _sink=sink))
     counters.reset_stats()
     kept, launched = [], []
     for i in range(steps):
@@ -381,9 +389,11 @@ def _step_raw(inst, fn):
 @pytest.mark.parametrize("name", ["adam", "mlp", "softmax_chain", "birnn",
                                   "resnet_bottleneck_train"])
 def test_zoo_with_fake_capture_matches_eager(name, fake_capture):
-    s = run_steps(name, "cpu", CPU_TARGET)
+    sink = []
+    s = run_steps(name, "cpu", CPU_TARGET, steps=4, sink=sink)
     assert s["cuda_graph_captures"] > 0 and s["cuda_graph_replays"] > 0, s
-    assert s["fallbacks"] == 0
+    # a replay counts the fallbacks of an uncaptured run: only the zoo's known ones
+    known_fallbacks.check(s, sink_report(sink, "stitch", CPU_TARGET), name, steps=4)
 
 
 # --- on the GPU ------------------------------------------------------------------------

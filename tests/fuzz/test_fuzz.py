@@ -1,0 +1,71 @@
+"""Differential fuzzing: random torch programs through the backend against eager.
+
+`programs.py` draws the programs, `check.py` runs and compares them. CI runs a fixed,
+deterministic share (hypothesis derandomized, no example database); a larger share runs
+on request:
+
+    FUSIONSTITCH_FUZZ_EXAMPLES=5000 python -m pytest tests/fuzz -q
+
+A failure prints a one-line repro (`python tests/fuzz/check.py '<json>'`); each bug found
+is kept as a regression program in `regressions.py`, which every run checks first.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from hypothesis import HealthCheck, Phase, given, settings
+
+from check import check, repro_line
+from programs import Program, programs
+from regressions import REGRESSIONS
+
+# programs per CI run (per test below); FUSIONSTITCH_FUZZ_EXAMPLES asks for more
+EXAMPLES = int(os.environ.get("FUSIONSTITCH_FUZZ_EXAMPLES", "0") or 0)
+# shrinking recompiles hundreds of variants of a failing program (minutes each): on request
+SHRINK = os.environ.get("FUSIONSTITCH_FUZZ_SHRINK", "") not in ("", "0")
+PHASES = [Phase.explicit, Phase.generate] + ([Phase.shrink] if SHRINK else [])
+
+
+@pytest.fixture(autouse=True)
+def _strict(monkeypatch):
+    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")   # an internal error fails the case
+    yield
+    torch._dynamo.reset()
+
+
+def _fuzz(count: int):
+    return settings(max_examples=EXAMPLES or count, derandomize=True, database=None,
+                    deadline=None, print_blob=False, phases=PHASES,
+                    suppress_health_check=list(HealthCheck))
+
+
+def _assert_ok(prog: Program, target: str) -> None:
+    why = check(prog, target)
+    assert why is None, f"{why}\nrepro: {repro_line(prog, target)}\n{prog.source()}"
+
+
+@pytest.mark.parametrize("index", range(len(REGRESSIONS)))
+def test_regression(index):
+    line, target = REGRESSIONS[index]
+    _assert_ok(Program.from_json(line), target)
+
+
+@_fuzz(120)
+@given(prog=programs(train=False))
+def test_inference_programs(prog):
+    _assert_ok(prog, "cpu")
+
+
+@_fuzz(60)
+@given(prog=programs(train=True))
+def test_training_programs(prog):
+    _assert_ok(prog, "cpu")
+
+
+@_fuzz(12)
+@given(prog=programs(max_ops=6))
+def test_interpret_programs(prog):
+    """The Triton kernels, through Triton's interpreter (slow: few and small)."""
+    _assert_ok(prog, "interpret")
