@@ -37,6 +37,7 @@ from bench.timing import time_interleaved, versions  # noqa: E402
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 TARGET_RATIO = 1.2   # issue 18: inner at most 1.2x outer
+RTOL = 1e-4          # max |diff| / max |eager| after 3 steps, the zoo tests' fp32 bound
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -215,7 +216,8 @@ def _backend(name: str):
 
 
 def _check(work, fns: dict) -> dict[str, float]:
-    """Max abs difference of 3 steps of each variant against eager's, from the same start."""
+    """Relative error (max |diff| / max |eager|, per result) of 3 steps of each variant
+    against eager's, from the same start; a variant beyond RTOL raises."""
     errs = {}
     ref = None
     for name, fn in fns.items():
@@ -229,8 +231,13 @@ def _check(work, fns: dict) -> dict[str, float]:
                                                  lambda: [])()]
         if ref is None:
             ref = got
-        errs[name] = max((g - r).abs().max().item() for g, r in zip(got, ref))
+        errs[name] = max((g.double() - r.double()).abs().max().item()
+                         / max(r.double().abs().max().item(), 1e-12)
+                         for g, r in zip(got, ref))
     work.state()
+    wrong = {k: e for k, e in errs.items() if not e <= RTOL}
+    if wrong:
+        raise AssertionError(f"results differ from eager's beyond {RTOL}: {wrong}")
     return errs
 
 
@@ -246,7 +253,7 @@ def bench_workload(name: str, backends: list[str], repeat: int) -> dict:
     graphs_before = counters["stats"]["unique_graphs"]
     times = time_interleaved({k: _runner(work, f) for k, f in fns.items()},
                              warmup=5, repeat=repeat, min_time=0.5)
-    row = {"workload": name, "max_abs_diff_vs_eager": errs,
+    row = {"workload": name, "rel_err_vs_eager": errs,
            "graphs_made_while_timing": counters["stats"]["unique_graphs"] - graphs_before,
            "variants": {k: {"median_ms": v["median_s"] * 1e3, "p10_ms": v["p10_s"] * 1e3,
                             "p90_ms": v["p90_s"] * 1e3, "runs": v["runs"]}
@@ -292,18 +299,47 @@ def main(argv: list[str] | None = None) -> int:
                                       for b in backends), flush=True)
     text = table(rows, backends)
     print(text)
+    # the issue's target, on the less noisy of the two ratios; and no graph made while
+    # timing (a recompile in the steady state)
+    missed = [f"{r['workload']}: {b} inner/outer {r['inner_over_outer'][b]:.2f} (p10 "
+              f"{r['inner_over_outer_p10'][b]:.2f})" for r in rows for b in backends
+              if b == "fusionstitch" and min(r["inner_over_outer"][b],
+                                             r["inner_over_outer_p10"][b]) > TARGET_RATIO]
+    missed += [f"{r['workload']}: {r['graphs_made_while_timing']} graphs made while timing"
+               for r in rows if r["graphs_made_while_timing"]]
     result = {"meta": {**versions(), "command": "python -m bench.autograd_inside " +
                        " ".join(shlex.quote(a) for a in (argv if argv is not None
                                                           else sys.argv[1:])),
                        "target_ratio": TARGET_RATIO},
-              "rows": rows, "table": text}
+              "rows": rows, "table": text, "missed": missed}
     os.makedirs(args.out, exist_ok=True)
     day = datetime.date.today().isoformat()
     path = os.path.join(args.out, f"autograd_inside_cpu_{day}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
+    with open(path[:-len(".json")] + ".md", "w") as f:
+        f.write(markdown(result))
     print(f"wrote {path}")
-    return 0
+    for m in missed:
+        print(f"target missed: {m}", file=sys.stderr)
+    return 1 if missed else 0
+
+
+def markdown(result: dict) -> str:
+    """The table with what it measures, the versions and the command."""
+    meta = result["meta"]
+    lines = ["# autograd.grad inside a compiled function, cpu", "",
+             "Steady-state step time (median of interleaved runs, ms) of functions that call "
+             "`torch.autograd.grad` inside the compiled code (`inner`) against the same "
+             "forward compiled alone and differentiated by the caller (`outer`); `inner/outer` "
+             "of the medians, and (in brackets) of the 10th percentiles. Target: "
+             f"fusionstitch's at most {meta['target_ratio']}. Every variant's results "
+             f"equal eager's within {RTOL} (relative) after 3 steps.", "",
+             result["table"], ""]
+    if result["missed"]:
+        lines += ["Missed: " + "; ".join(result["missed"]), ""]
+    lines += ["```", json.dumps(meta, indent=1), "```", ""]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
