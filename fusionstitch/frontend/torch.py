@@ -259,12 +259,17 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
             check_devices(options, example_inputs)
         from torch._dynamo.backends.common import aot_autograd
         make = partial(CompiledGraph, options=options, sink=_sink, execute=_execute)
-        def bw_compiler(g, _):
-            # Dynamo would wrap the backward in disable() and lose `_boxed_call`; we wrap it
-            # ourselves (the flag below tells Dynamo so) and keep the boxed convention.
-            fn = torch._dynamo.disable(make(g, kind="backward"))
+
+        def compile_backward(g, _):
+            fn = no_dynamo(make(g, kind="backward"), "fusionstitch runs a backward graph")
             fn._boxed_call = True
             return fn
+        # AOTAutograd compiles a backward lazily, in its first call: inside the user's
+        # .backward() or torch.autograd.grad, which may run in a frame Dynamo watches (the
+        # code after a graph break). Both the compile and the compiled graph run with
+        # Dynamo off, as Dynamo's own wrapper of backward compilers does; ours (the flag
+        # tells Dynamo it need not wrap) keeps the boxed calling convention.
+        bw_compiler = no_dynamo(compile_backward, "fusionstitch compiles a backward graph")
         bw_compiler._is_wrapped_bw_compiler = True
 
         # a warm start of an inference graph skips AOTAutograd (frontend/graph_cache.py)
@@ -301,8 +306,19 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
                 return lean
         return compiled
 
-    fusionstitch_backend.options = base  # type: ignore[attr-defined]
-    return fusionstitch_backend
+    # Dynamo calls a backend with its frame evaluation off, but other callers may not (a
+    # backend called by hand, a wrapper compiling sub-graphs): our compile never runs
+    # under Dynamo's eye
+    compile_graph = no_dynamo(fusionstitch_backend, "fusionstitch compiles a graph")
+    compile_graph.options = base  # type: ignore[attr-defined]
+    return compile_graph
+
+
+def no_dynamo(fn: Callable, reason: str) -> Callable:
+    """`fn` run with Dynamo's frame evaluation off, for every frame it calls (what Dynamo
+    does with the callables a backend returns): nothing fusionstitch runs on its own behalf
+    may be traced into a user's graph, count against the recompile limit or break a graph."""
+    return torch._dynamo.disable(fn, reason=reason)
 
 
 # The default backend, registered as "fusionstitch" (and via the torch_dynamo_backends

@@ -1,9 +1,10 @@
 """explain(): compile a function with a capturing backend and report what was planned.
 
 It runs the function once (and, when an output needs grad, its backward via
-torch.autograd.grad, which leaves every `.grad` untouched) so that forward and
-backward graphs are both compiled, then sums the plans of every graph. The
-process-wide stats() are restored afterwards: explaining is not running.
+torch.autograd.grad with respect to the leaves its autograd graph reaches, which
+leaves every `.grad` untouched) so that forward and backward graphs are both
+compiled, then sums the plans of every graph. The process-wide stats() are restored
+afterwards: explaining is not running; so is Dynamo's state (report/dynamo_state.py).
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ class Report:
     strategy: str
     target: str
     graphs: list[GraphReport] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # what explain could not do, and why
     # why_not_fused's reachability per graph, built once (a cache, not a result)
     _reach: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -92,6 +94,7 @@ class Report:
                  f"{self.num_library_calls} library calls, "
                  f"{self.bytes_moved / 1e6:.3f} MB moved, planned in "
                  f"{self.planning_seconds * 1e3:.1f} ms"]
+        lines += [f"  note: {n}" for n in self.notes]
         for g in self.graphs:
             head = (f"  {g.name} ({g.kind}): {g.num_ops} ops -> {g.num_kernels} kernels + "
                     f"{g.num_library_calls} library calls, {g.bytes_moved / 1e6:.3f} MB")
@@ -146,13 +149,6 @@ def plan_report(graphs: list[Graph], strategy: str, target: str) -> Report:
     return report
 
 
-def _leaves(fn, args) -> list[torch.Tensor]:
-    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad and a.is_leaf]
-    if isinstance(fn, torch.nn.Module):
-        leaves += [p for p in fn.parameters() if p.requires_grad]
-    return leaves
-
-
 def flat_tensors(out) -> list[torch.Tensor]:
     """Every tensor in a (nested) tuple / list / dict output, in order; others dropped."""
     if isinstance(out, torch.Tensor):
@@ -164,31 +160,89 @@ def flat_tensors(out) -> list[torch.Tensor]:
     return []  # None / python scalars carry nothing to compare
 
 
+def graph_leaves(outs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The leaf tensors (inputs, parameters, closed-over tensors) that `outs` were
+    computed from and that need their gradient, found by walking their autograd graph."""
+    leaves: dict[int, torch.Tensor] = {}
+    seen: set = set()
+    stack = []
+    for t in outs:
+        if t.grad_fn is None:
+            leaves.setdefault(id(t), t)   # an output that is itself a leaf
+        else:
+            stack.append(t.grad_fn)
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        var = getattr(node, "variable", None)   # AccumulateGrad: the leaf it feeds
+        if isinstance(var, torch.Tensor):
+            leaves.setdefault(id(var), var)
+            continue
+        stack.extend(n for n, _ in node.next_functions)
+    return list(leaves.values())
+
+
+# torch's refusals of a second backward: the function consumed its own autograd graph
+# (torch.autograd.grad without retain_graph), or differentiating the result would go
+# through a compiled backward (torch.compile serves no double backward)
+_CONSUMED = ("Trying to backward through the graph a second time",
+             "does not currently support double backward")
+
+
+def _probe_backward(out) -> str | None:
+    """Run the backward of `out` (the sum of its outputs that need grad) with
+    torch.autograd.grad, so that every backward graph is compiled and no `.grad` changes;
+    a note when torch refuses it, None otherwise."""
+    needs_grad = [t for t in flat_tensors(out) if t.requires_grad]
+    if not needs_grad or not torch.is_grad_enabled():
+        return None
+    leaves = graph_leaves(needs_grad)
+    if not leaves:
+        return None
+    loss = sum((t.real if t.is_complex() else t).float().sum() for t in needs_grad)
+    try:
+        torch.autograd.grad(loss, leaves, allow_unused=True)
+    except RuntimeError as e:
+        why = next((m for m in _CONSUMED if m in str(e)), None)
+        if why is None:
+            raise
+        return (f"no backward of the outputs was run: torch refused it ({why!r}); the "
+                f"backward graphs are those the function ran itself")
+    return None
+
+
 def explain(fn, *args, strategy: str = "stitch", target: str = "auto", **kwargs) -> Report:
-    """Plan `fn(*args, **kwargs)` (forward and backward) and report kernels, bytes, time."""
+    """Plan `fn(*args, **kwargs)` (forward and backward) and report kernels, bytes, time.
+
+    Works on whatever torch.compile accepts, also a function that differentiates itself
+    or returns detached values or non-tensors; it leaves `.grad`, stats() and Dynamo's
+    caches as they were (report/dynamo_state.py), also when it fails."""
     from ..config import Options
     from ..frontend.torch import backend
+    from .dynamo_state import fresh_entry, isolated
     opts = Options(strategy=strategy, target=target)
     sink: list = []
-    compiled = torch.compile(fn, backend=backend(strategy, target, _sink=sink, _execute=False))
+    compile_fn = backend(strategy, target, _sink=sink, _execute=False)
     saved = _stats.stats()
-    try:
-        out = compiled(*args, **kwargs)
-        needs_grad = [t for t in flat_tensors(out) if t.requires_grad]
-        leaves = _leaves(fn, args)
-        if needs_grad and leaves and torch.is_grad_enabled():
-            loss = sum(t.float().sum() for t in needs_grad)
-            torch.autograd.grad(loss, leaves, allow_unused=True)
-    finally:
-        _stats.restore(saved)
+    with isolated(compile_fn):
+        try:
+            out = torch.compile(fresh_entry(fn), backend=compile_fn)(*args, **kwargs)
+            note = _probe_backward(out)
+        finally:
+            _stats.restore(saved)
     if not sink:
         raise RuntimeError("fusionstitch.explain: torch.compile produced no graph for this "
-                           "function (it may have fallen back to eager, e.g. after too many "
-                           "recompilations); try torch._dynamo.reset() first")
+                           "function: Dynamo ran it eagerly (TORCH_LOGS=graph_breaks says "
+                           "why, e.g. an nn.LSTM, which Dynamo does not capture)")
     # the target the graphs were planned for (`auto` resolves per graph from its inputs)
     target = next((spec.target for cg in sink for spec in cg.specialisations.values()
                    if hasattr(spec, "target")), opts.resolved_target())
-    return sink_report(sink, strategy, target)
+    report = sink_report(sink, strategy, target)
+    if note:
+        report.notes.append(note)
+    return report
 
 
 def sink_report(sink: list, strategy: str, target: str) -> Report:

@@ -18,7 +18,8 @@ and `fallback_reasons` names the cause of each (the frontend logs them per graph
   torch and count as fallbacks, not as launches. Under FUSIONSTITCH_STRICT=1 the
   build error is raised instead.
 
-Intermediates are dropped after their last use so peak memory stays as eager.
+Intermediates are dropped after their last use so peak memory stays as eager; on the
+CPU the memory of large ones may serve later kernel outputs (runtime/recycle.py).
 """
 from __future__ import annotations
 
@@ -168,11 +169,17 @@ class Program:
         from ..ir.graph import TensorType
         from . import recycle
         self.recycled = frozenset()
-        # bytes -> how many kernel outputs of that size take memory from the pool
+        # bytes -> how many kernel outputs of that size take memory from the pool, in the
+        # whole plan and after each step (a value dying there is kept only for those)
         self._room: dict[int, int] = {}
-        for s in kernels.values():
-            for n in s.pooled.values():
-                self._room[n] = self._room.get(n, 0) + 1
+        self._room_after: list[dict[int, int]] = [{}] * len(steps)
+        for i in range(len(steps) - 1, -1, -1):
+            self._room_after[i] = self._room
+            kind, ops = steps[i]
+            if kind == "generated" and ops[0].pooled:
+                self._room = dict(self._room)
+                for n in ops[0].pooled.values():
+                    self._room[n] = self._room.get(n, 0) + 1
         if self.device.type == "cpu" and self._room and recycle.enabled():
             # not the inputs: the caller holds them (recycle.offer would refuse each, and
             # an optimizer step drops 160 a call)
@@ -180,7 +187,6 @@ class Program:
                 slot_of[n.name] for n in graph.nodes
                 if n.op not in (PARAMETER, CONSTANT) and isinstance(n.type, TensorType)
                 and n.type.nbytes >= recycle.MIN_BYTES)
-        self._pool: dict[int, list] = {}   # bytes -> storages of dead values (recycle.py)
         self.num_kernels = sum(1 for kind, _ in steps if kind in ("generated", KERNEL))
         self.num_library_calls = plan.num_library_calls
         # per call: library groups that are fallbacks, and kernel groups left unbuilt
@@ -190,20 +196,23 @@ class Program:
             "parameters must lead the graph"
 
     def __call__(self, inputs: list[torch.Tensor]) -> list[Any]:
+        # a pool of this call's dead values, gone when it returns (recycle.py)
+        return self._run(inputs, _recycle.Pool() if self.recycled else None)
+
+    def _run(self, inputs: list[torch.Tensor], pool: dict | None) -> list[Any]:
         values: list[Any] = [None] * self.num_slots
         for slot, t in zip(self.param_slots, inputs):
             values[slot] = t
         for slot, t in self.constants:
             values[slot] = t
         kernels = library = 0
-        pool = self._pool if self.recycled else None
         check = not self._conformed
-        for kind, ops in self.steps:
+        for i, (kind, ops) in enumerate(self.steps):
             if kind == "generated":
                 step, dead = ops
                 step(values, pool)
                 if dead:
-                    self._drop(values, dead, pool)
+                    self._drop(values, dead, pool, i)
                 kernels += 1
                 continue
             for j, (slot, fn, args, kwargs, dead) in enumerate(ops):
@@ -212,7 +221,7 @@ class Program:
                 if check and slot in self._declared:
                     values[slot] = self._conform(ops, j, values[slot])
                 if dead:
-                    self._drop(values, dead, pool)
+                    self._drop(values, dead, pool, i)
             if kind == KERNEL:
                 kernels += 1
             elif kind == LIBRARY:
@@ -264,13 +273,14 @@ class Program:
         ops[k] = (slot, lambda *a, **kw: fix(fn(*a, **kw)), args, kwargs, dead)
         return fix(value)
 
-    def _drop(self, values: list, dead, pool: dict | None) -> None:
-        """Free the values of `dead` slots; the memory of recyclable ones goes to `pool`."""
+    def _drop(self, values: list, dead, pool: dict | None, step: int) -> None:
+        """Free the values of `dead` slots (after step number `step`); the memory of
+        recyclable ones goes to `pool` while later kernel outputs can take it."""
         recycled = self.recycled
         for d in dead:
             if d in recycled:
                 t, values[d] = values[d], None
-                _recycle.offer(pool, t, self._room)
+                _recycle.offer(pool, t, self._room_after[step])
             else:
                 values[d] = None
 

@@ -1,4 +1,5 @@
 """explain(): fields, printing, and no side effects on grads or stats."""
+import pytest
 import torch
 
 import fusionstitch
@@ -58,3 +59,94 @@ def test_print_shows_each_kernels_template_on_codegen_targets():
     rep = fusionstitch.explain(lambda x: torch.softmax(x, -1) * 2, torch.randn(2, 3000),
                                target="interpret")
     assert "loop r<" in str(rep), str(rep)                         # longer rows are looped
+
+
+# --- explain works on whatever torch.compile accepts, and leaves no state ------------------
+def test_explain_of_a_function_that_differentiates_itself():
+    """The function's inner autograd.grad consumed the autograd graph of the output it
+    returns: explain reports the graphs it ran and notes that no further backward ran."""
+    lin = torch.nn.Linear(4, 4)
+
+    def fn(x):
+        y = torch.tanh(lin(x))
+        g, = torch.autograd.grad(y.sum(), x)
+        return y, g
+
+    x = torch.randn(2, 4, requires_grad=True)
+    rep = fusionstitch.explain(fn, x, strategy="none")
+    assert {g.kind for g in rep.graphs} == {"forward", "backward"}
+    assert len(rep.notes) == 1 and "second time" in rep.notes[0]
+    assert "note: no backward" in str(rep)
+    assert x.grad is None and lin.weight.grad is None
+
+
+def test_explain_of_a_training_step_with_detached_and_non_tensor_outputs():
+    w = torch.zeros(4, requires_grad=True)
+    data = torch.randn(8, 4)
+
+    def step(xs):
+        loss = torch.nn.functional.softplus(xs @ w).mean()
+        gw, = torch.autograd.grad(loss, w)
+        with torch.no_grad():
+            w.sub_(0.1 * gw)
+        return {"loss": loss.detach(), "step": 1, "name": "sgd", "none": None}
+
+    before = w.detach().clone()
+    rep = fusionstitch.explain(step, data, strategy="none")
+    kinds = [g.kind for g in rep.graphs]
+    assert "forward" in kinds and "backward" in kinds and "inference" in kinds
+    assert rep.notes == []
+    # explain runs the function: its own update happens, as torch.compile's would
+    torch.testing.assert_close(w.detach(), before - 0.1 * torch.autograd.grad(
+        torch.nn.functional.softplus(data @ before.requires_grad_()).mean(), before)[0])
+
+
+def test_explain_of_double_backward_notes_torchs_refusal():
+    lin = torch.nn.Linear(4, 4)
+
+    def penalty(x):
+        x = x.detach().requires_grad_()
+        y = torch.tanh(lin(x)).sum()
+        g, = torch.autograd.grad(y, x, create_graph=True)
+        return y + g.pow(2).mean()
+
+    rep = fusionstitch.explain(penalty, torch.randn(2, 4), strategy="none")
+    assert "double backward" in rep.notes[0]
+    assert lin.weight.grad is None
+
+
+def test_explain_differentiates_with_respect_to_closed_over_parameters():
+    """No argument needs grad, but the module the function closes over does: its
+    backward graph is compiled and reported too."""
+    lin = torch.nn.Linear(4, 4)
+    rep = fusionstitch.explain(lambda x: torch.tanh(lin(x)).sum(), torch.randn(2, 4),
+                               strategy="none")
+    assert [g.kind for g in rep.graphs] == ["forward", "backward"]
+    assert lin.weight.grad is None
+
+
+def test_failed_explain_leaves_no_state_behind():
+    """Dynamo does not capture an nn.LSTM and marks the frames it gave up on as skipped;
+    explain takes those marks back: later explains, and the user's own torch.compile,
+    capture graphs without torch._dynamo.reset()."""
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match="produced no graph"):
+        fusionstitch.explain(torch.nn.LSTM(4, 8), torch.randn(3, 2, 4), strategy="none")
+    rep = fusionstitch.explain(torch.nn.Linear(4, 4), torch.randn(2, 4), strategy="none")
+    assert [g.kind for g in rep.graphs] == ["forward", "backward"]
+    from torch._dynamo.utils import counters
+    graphs = counters["stats"]["unique_graphs"]
+    torch.compile(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()),
+                  backend="eager")(torch.randn(2, 4))
+    assert counters["stats"]["unique_graphs"] == graphs + 1
+
+
+def test_many_explains_do_not_reach_the_recompile_limit():
+    """Each explain compiles with a backend of its own; its cache entries go with it."""
+    torch._dynamo.reset()
+    limit = getattr(torch._dynamo.config, "recompile_limit", 8)
+    for _ in range(limit + 2):
+        m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        with torch.no_grad():
+            rep = fusionstitch.explain(m, torch.randn(2, 4), strategy="none")
+        assert [g.kind for g in rep.graphs] == ["inference"]
