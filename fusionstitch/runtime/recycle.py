@@ -47,6 +47,22 @@ _SOLE_REFS = 3
 _use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 
+def _refs_as_argument(o) -> int:
+    return sys.getrefcount(o)
+
+
+def _sole_refs() -> int:
+    """What getrefcount gives in `offer` for a tensor nothing else holds, measured now on
+    an object passed down the same way (a caller's local, one call). After a compile that
+    failed inside Dynamo, torch leaves its frame evaluator installed and CPython then
+    holds one more reference per call to each argument (every later call, any object);
+    the fixed count saw every dead value as shared and recycling stopped for the
+    process. Measuring a fresh object the same way follows the interpreter; it never
+    gives less than a real extra holder would add, as both paths are the same frames."""
+    o = object()
+    return _SOLE_REFS + _refs_as_argument(o) - 3
+
+
 def enabled() -> bool:
     return _use_count is not None and env_flag_default("FUSIONSTITCH_RECYCLE", True)
 
@@ -56,7 +72,7 @@ def offer(pool: dict, t, room: dict[int, int]) -> None:
     it) in `pool` when no one else can see it and `room` (bytes -> how many kernel outputs
     of that size the call has still to make) leaves a place for it. `t` may be the last of several
     views of one storage (a mm's result viewed and permuted): the whole storage is kept."""
-    if type(t) is not torch.Tensor or not t.is_cpu or sys.getrefcount(t) > _SOLE_REFS \
+    if type(t) is not torch.Tensor or not t.is_cpu or sys.getrefcount(t) > _sole_refs() \
             or t._use_count() != 1:        # C++ (an autograd node, a cache) holds it too
         return
     st = t.untyped_storage()

@@ -197,3 +197,18 @@ def test_dropped_outputs_give_the_memory_back_to_malloc():
         out = fn(x, w)
         del out
         assert _malloc_in_use() - after < 2 ** 20, "a second call leaves nothing behind"
+
+
+def test_recycling_survives_a_failed_compile_and_still_refuses_shared_memory():
+    """A compile that fails inside Dynamo leaves torch's frame evaluator installed, and
+    CPython then passes every argument with one more reference (any object, every later
+    call): a fixed reference count saw every dead value as shared and recycling stopped
+    for the process (CI ran test_options' refused compiles first). The count is measured
+    against the interpreter; memory someone else holds is still never taken."""
+    def broken(gm, example_inputs, **kwargs):
+        raise RuntimeError("a backend that fails")
+    with pytest.raises(Exception, match="a backend that fails"):
+        torch.compile(lambda x: x.sin() + 1, backend=broken)(torch.randn(8))
+    torch._dynamo.reset()
+    test_memory_a_live_view_or_a_caller_sees_is_not_taken()
+    test_dead_kernel_outputs_are_reused_and_results_match()
