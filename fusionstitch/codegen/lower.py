@@ -22,10 +22,11 @@ stage produces for later ones go through scratch buffers (`Lowerer.staged`).
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..config import elide_half_casts
 from ..ir.graph import CONSTANT, PARAMETER, Graph, TensorType, TupleType
+from ..ir.symbolic import is_symbolic, recording
 from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, _numel, components,
                                   component_space, escaping_values)
 from . import expr as E
@@ -60,7 +61,7 @@ class Lowerer:
         self.escaping = escaping_values(graph, names)
         self.inputs: dict[tuple, Buffer] = {}
         self.outputs: list[Buffer] = []
-        self.syms: dict[str, E.Sym] = {}
+        self.syms: dict = {}      # "ks<value>" | ("dim", expr) | stride name -> Sym
         self.bindings: dict[str, tuple] = {}
         self.dtype_of: dict[str, str] = {"xmask": "b8", "rmask": "b8", "ymask": "b8"}
         self.counter = 0
@@ -85,15 +86,32 @@ class Lowerer:
         return f"{prefix}{self.counter}"
 
     def size(self, v: int) -> E.Expr:
-        """A size as an expression: 0 and 1 stay constants (they decide broadcasting)."""
+        """A size as an expression: 0 and 1 stay constants (they decide broadcasting).
+
+        A symbolic size (`ir.symbolic.Dim`) is a sym of its own expression, bound at each
+        launch to the expression's value ("expr" binding): sizes equal at the hints by
+        coincidence stay two syms. A concrete size is a sym bound to its value ("const"),
+        one per value, so that the source holds no size either way."""
         if v in (0, 1):
             return E.Const(v)
+        if is_symbolic(v):
+            key = ("dim", v.expr)
+            sym = self.syms.get(key)
+            if sym is None:
+                sym = self.syms[key] = E.Sym(f"ks{len(self.syms)}", v)
+                self.bindings[sym.name] = ("expr", v.expr)
+            return sym
         name = f"ks{v}"
         sym = self.syms.get(name)
         if sym is None:
             sym = self.syms[name] = E.Sym(f"ks{len(self.syms)}", v)
             self.bindings[sym.name] = ("const", v)
         return sym
+
+    def num(self, v: int) -> E.Expr:
+        """An integer of the index arithmetic (a slice's start, a piece's offset): a
+        constant, or the sym of a symbolic one (`size`)."""
+        return self.size(v) if is_symbolic(v) else E.Const(v)
 
     def sizes(self, shape) -> tuple[E.Expr, ...]:
         return tuple(self.size(d) for d in shape)
@@ -146,6 +164,8 @@ class Lowerer:
 
     def const(self, value, dtype: str) -> str:
         dtype = compute_dtype(dtype)
+        if is_symbolic(value):      # a size used as a number (a mean's count): a sym
+            return self.cast(self.index(self.size(value)), dtype)
         if dtype == "b8":
             value = bool(value)
         elif not dtype.startswith("f"):
@@ -477,7 +497,14 @@ GENERATED_DTYPES = frozenset({"f64", "f32", "f16", "bf16", "i64", "i32", "i16", 
 
 
 def lower_group(graph: Graph, names, kernel_name: str) -> Kernel:
-    """The Kernel of one group; raises Unsupported with the reason."""
+    """The Kernel of one group; raises Unsupported with the reason. The size comparisons
+    of a graph of symbolic sizes it made are the kernel's `guards` (ir/symbolic.py)."""
+    with recording() as guards:
+        k = _lower_group(graph, names, kernel_name)
+    return replace(k, guards=frozenset(guards)) if guards else k
+
+
+def _lower_group(graph: Graph, names, kernel_name: str) -> Kernel:
     names = list(names)
     L = Lowerer(graph, names, kernel_name)
     comps = []
