@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from ..config import elide_half_casts
 from ..ir.graph import CONSTANT, PARAMETER, Graph, TensorType, TupleType
-from ..ir.symbolic import is_symbolic, recording
+from ..ir.symbolic import FloatDim, is_symbolic, make, recording
 from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, _numel, components,
                                   component_space, escaping_values)
 from . import expr as E
@@ -77,8 +77,10 @@ class Lowerer:
         self.batch = 1            # programs of the batch component being lowered
         self.gemm_batch = 1       # its GEMMs' batch entries (a program may run several)
         self.extent: dict[str, int] = {}   # loop variable -> its range in the current stage
-        big = max((_numel(graph[n].type) for n in names), default=0)
-        self.index_dtype = "i64" if big > INT32_LIMIT else "i32"
+        # each size against the limit, not their max: symbolic sizes then guard the limit
+        # only, not which of them is the largest (ir/symbolic.py)
+        big = any(_numel(graph[n].type) > INT32_LIMIT for n in names)
+        self.index_dtype = "i64" if big else "i32"
 
     # -- names, syms, buffers -------------------------------------------------------
     def fresh(self, prefix: str = "v") -> str:
@@ -164,6 +166,8 @@ class Lowerer:
 
     def const(self, value, dtype: str) -> str:
         dtype = compute_dtype(dtype)
+        if isinstance(value, FloatDim):   # n / (n - 1) of sizes: computed from their syms
+            return self.cast(self.size_number(value.expr, value.hints), dtype)
         if is_symbolic(value):      # a size used as a number (a mean's count): a sym
             return self.cast(self.index(self.size(value)), dtype)
         if dtype == "b8":
@@ -182,6 +186,30 @@ class Lowerer:
         var = self.emit(Op(self.fresh(), op, args, dtype), ("op", op, args, dtype))
         self.dtype_of[var] = dtype
         return var
+
+    def size_number(self, e, hints: dict) -> str:
+        """A variable holding the value of size expression `e` (sympy, of the symbols whose
+        hints are `hints`): integer parts are syms (i64), float arithmetic is f64, as the
+        host computes it in Python before torch reads it as a scalar."""
+        if e.is_integer:
+            if e.is_number:
+                return self.const(int(e), "i64")
+            at = int(e.xreplace({s: hints[s] for s in e.free_symbols}))
+            return self.index(self.size(make(at, e)))
+        if e.is_number:
+            return self.const(float(e), "f64")
+        kind = type(e).__name__
+        parts = [self.cast(self.size_number(a, hints), "f64") for a in e.args]
+        if kind in ("IntTrueDiv", "FloatTrueDiv") and len(parts) == 2:
+            return self.op("truediv", parts, "f64")
+        if kind == "ToFloat" and len(parts) == 1:
+            return parts[0]
+        if kind in ("Add", "Mul"):
+            acc = parts[0]
+            for p in parts[1:]:
+                acc = self.op("add" if kind == "Add" else "mul", (acc, p), "f64")
+            return acc
+        raise Unsupported(f"a float of the sizes ({e}): no kernel rule for {kind}")
 
     def cast(self, var: str, dtype: str) -> str:
         dtype = compute_dtype(dtype)

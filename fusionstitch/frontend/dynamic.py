@@ -133,6 +133,11 @@ class Binding:
         """The symbols' values at this call."""
         return tuple(int(args[i]) if d is None else args[i].shape[d] for i, d in self.sources)
 
+    def in_range(self, args: list) -> bool:
+        """Whether every symbol is at least SIZE_MIN at this call (a symbolic program's
+        range; smaller sizes are compiled concretely)."""
+        return all(v >= S.SIZE_MIN for v in self.values(args))
+
     def hints(self, args: list) -> dict:
         return dict(zip(self.symbols, self.values(args)))
 
@@ -191,22 +196,29 @@ class Guarded:
         return [str(g) for g in self.guards]
 
 
-def symbolic_scalar(fx_node: torch.fx.Node, value: Any, hints: dict) -> Any:
-    """A size computed by the graph (`operator.mul` of sizes, `sym_max`): the Dim of its
-    FX expression, checked against the value computed at the hints."""
+def symbolic_scalar(fx_node: torch.fx.Node, compute, hints: dict) -> Any:
+    """A number computed by the graph (`operator.mul` of sizes, `sym_max`, `n / (n - 1)`):
+    a size is the Dim of its FX expression and a float of sizes a FloatDim, each at the
+    hints; other numbers are `compute()`."""
     val = fx_node.meta.get("val")
     if isinstance(val, torch.SymInt):
         e = val.node.expr
-        at_hints = _at(e, hints, fx_node.name)
-        if S.hint(value) != at_hints:
-            raise _unsupported(f"{fx_node.name}: the size {e} is {at_hints} at the hints but "
-                               f"{S.hint(value)} computed")
-        return S.make(at_hints, e)
+        return S.make(_at(e, hints, fx_node.name), e)
+    if isinstance(val, torch.SymFloat) and val.node.expr.free_symbols:
+        e = val.node.expr
+        missing = [x for x in e.free_symbols if x not in hints]
+        if missing:
+            raise _unsupported(f"{fx_node.name}: {e} has symbol(s) "
+                               f"{', '.join(map(str, missing))} no input carries")
+        names = sorted(e.free_symbols, key=str)
+        (at_hints,) = S.compile_values(names, [e])(*(hints[x] for x in names))
+        return S.FloatDim(at_hints, e, hints)
     if isinstance(val, (torch.SymFloat, torch.SymBool)):
         if not val.node.expr.free_symbols:
-            return value
+            return S.hint(compute())
         raise _unsupported(f"{fx_node.name} computes a {type(val).__name__} of the sizes "
-                           f"({val.node.expr}): a float or bool of a size is not kept symbolic")
+                           f"({val.node.expr}): a bool of a size is not kept symbolic")
+    value = compute()
     if S.has_symbols(value):
         raise _unsupported(f"{fx_node.name} gives a size ({value}) FX records no expression for")
     return value

@@ -148,9 +148,13 @@ def fx_to_ir(gm: torch.fx.GraphModule, specs: list[Any], name: str = "graph",
         if target in _SCALAR_FNS:
             if any(isinstance(a, Ref) for a in args):
                 raise Unsupported(f"{target} applied to a tensor")
-            value = target(*args, **dict(kwargs))
             if hints is not None:
-                value = symbolic_scalar(fx_node, value, hints)
+                # the value of FX's own expression of it (arithmetic on a FloatDim here
+                # would specialise it)
+                value = symbolic_scalar(fx_node, lambda: target(*args, **dict(kwargs)),
+                                        hints)
+            else:
+                value = target(*args, **dict(kwargs))
             env[fx_node] = value
             continue
         if not isinstance(target, torch._ops.OpOverload):

@@ -213,7 +213,8 @@ class CompiledGraph:
     def _entry_for(self, args: list) -> Any:
         """The compiled program for a call whose input signature is new: a symbolic program
         whose guards hold, a new one, or a concrete specialisation."""
-        if self._binding is not None:
+        # sizes 0 and 1 get programs of their own (as Dynamo gives them graphs of their own)
+        if self._binding is not None and self._binding.in_range(args):
             for entry in self._programs:
                 if entry.guarded.holds(args) is not None:
                     return entry

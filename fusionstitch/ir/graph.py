@@ -289,6 +289,15 @@ class Graph:
         return tuple(o for o in self.outputs if isinstance(o, Ref))
 
     @cached_property
+    def symbolic(self) -> bool:
+        """Whether some size of the graph is symbolic (`ir.symbolic.Dim`)."""
+        from .symbolic import has_symbols
+        return any(has_symbols(n.type.shape) if isinstance(n.type, TensorType) else
+                   isinstance(n.type, TupleType) and any(
+                       e is not None and has_symbols(e.shape) for e in n.type.elements)
+                   for n in self.nodes)
+
+    @cached_property
     def output_names(self) -> frozenset[str]:
         return frozenset(o.name for o in self.outputs if isinstance(o, Ref))
 

@@ -231,6 +231,57 @@ class Dim(int):
         return ~int(self)
 
 
+class FloatDim(float):
+    """A float computed from sizes (`n / (n - 1)`, a batch norm's unbiased-variance
+    factor): a float (the hint) with its sympy expression (`expr`) and the symbols' hints
+    (`hints`, for the hints of its integer parts). Lowering computes it in the kernel from
+    the sizes (codegen/lower.py); anything else that reads it as a number specialises it
+    (a guard `expr == hint`)."""
+
+    def __new__(cls, hint: float, expr: Any, hints: dict):
+        obj = float.__new__(cls, float.__float__(hint))
+        obj.expr = expr
+        obj.hints = hints
+        return obj
+
+    def __reduce__(self):
+        return (FloatDim, (float.__float__(self), self.expr, self.hints))
+
+    def __str__(self) -> str:
+        return str(self.expr)
+
+    __repr__ = __str__
+    __hash__ = float.__hash__
+
+    def _plain(self) -> float:
+        record(sympy.Eq(self.expr, sympy.Float(float.__float__(self))))
+        return float.__float__(self)
+
+    def __float__(self) -> float:
+        return self._plain()
+
+    def __format__(self, spec: str) -> str:
+        return str(self) if not spec else format(float.__float__(self), spec)
+
+
+def _plain_float_method(name: str):
+    base = getattr(float, name)
+
+    def method(self, *args):
+        return base(self._plain(), *(a._plain() if isinstance(a, FloatDim) else a
+                                     for a in args))
+    method.__name__ = name
+    return method
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
+              "__rmod__", "__pow__", "__rpow__", "__neg__", "__pos__", "__abs__", "__eq__",
+              "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__int__",
+              "__trunc__", "__round__", "__floor__", "__ceil__", "is_integer"):
+    setattr(FloatDim, _name, _plain_float_method(_name))
+
+
 def make(hint: int, expr) -> int:
     """A Dim of `expr` at `hint`, or the plain int when `expr` is a number."""
     expr = sympy.sympify(expr)
@@ -240,13 +291,15 @@ def make(hint: int, expr) -> int:
 
 
 def is_symbolic(v) -> bool:
-    return isinstance(v, Dim)
+    return isinstance(v, (Dim, FloatDim))
 
 
 def hint(v):
     """`v` with every Dim replaced by its hint (tuples and lists too), recording nothing."""
     if isinstance(v, Dim):
         return _as_int(v)
+    if isinstance(v, FloatDim):
+        return float.__float__(v)
     if isinstance(v, (tuple, list)):
         return type(v)(hint(x) for x in v)
     return v
@@ -257,8 +310,8 @@ def expr_of(v) -> sympy.Expr:
 
 
 def has_symbols(v) -> bool:
-    """Whether `v` (a number, or nested tuples/lists of them) holds a Dim."""
-    if isinstance(v, Dim):
+    """Whether `v` (a number, or nested tuples/lists of them) holds a Dim or FloatDim."""
+    if isinstance(v, (Dim, FloatDim)):
         return True
     if isinstance(v, (tuple, list)):
         return any(has_symbols(x) for x in v)
@@ -349,6 +402,9 @@ def decide(op: str, a: int, b: int) -> bool:
             _DECIDED.clear()
         static = _DECIDED[key] = _static(op, ea - eb)
     if static is not None:
+        if static != result:   # a hint outside the symbols' range: the caller's bug
+            raise ValueError(f"size {ea} = {_as_int(a)} or {eb} = {_as_int(b)} is outside "
+                             f"the range of its symbols (each >= {SIZE_MIN})")
         return static
     record(_RELATION[op if result else _NEGATION[op]](ea, eb))
     return result
@@ -454,5 +510,9 @@ def compile_values(symbols: list, exprs: list) -> Callable[..., tuple]:
             raise ValueError(f"symbol {n!r} is not an identifier")
     body = ", ".join(f"({python_source(e)})" for e in exprs)
     src = f"lambda {', '.join(names)}: ({body}{',' if len(exprs) == 1 else ''})"
-    fn = eval(compile(src, "<sizes>", "eval"), {"max": max, "min": min})  # noqa: S307
+    import math
+
+    import torch       # PythonPrinter spells a float of a size torch.sym_float(s)
+    fn = eval(compile(src, "<sizes>", "eval"),  # noqa: S307 - our own size expressions
+              {"max": max, "min": min, "torch": torch, "math": math})
     return fn
