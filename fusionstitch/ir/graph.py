@@ -67,6 +67,13 @@ class TensorType:
     def numel(self) -> int:
         n = 1
         for d in self.shape:
+            if type(d) is not int:       # a symbolic size (ir/symbolic.py): kept, it costs
+                n = self.__dict__.get("_numel")
+                if n is None:
+                    from .symbolic import product
+                    n = product(self.shape)
+                    object.__setattr__(self, "_numel", n)
+                return n
             n *= d
         return n
 

@@ -79,12 +79,24 @@ class Dim(int):
 
     __hash__ = int.__hash__
 
-    # -- arithmetic with ints stays symbolic; with floats it is the hint's (costs)
+    # -- arithmetic with ints stays symbolic (plain hints while `suspended`); with floats
+    # it is the hint's (costs)
     def _arith(self, other, fn, sym, reflected=False):
         if not isinstance(other, int) or isinstance(other, bool):
             return NotImplemented
         a, b = (other, self) if reflected else (self, other)
-        return make(fn(_as_int(a), _as_int(b)), sym(expr_of(a), expr_of(b)))
+        value = fn(_as_int(a), _as_int(b))
+        st = _stack()
+        if st and st[-1] is None:
+            return value
+        ea, eb = expr_of(a), expr_of(b)
+        key = (sym, ea, eb)
+        e = _ARITH.get(key)
+        if e is None:
+            if len(_ARITH) > 100_000:
+                _ARITH.clear()
+            e = _ARITH[key] = sympy.sympify(sym(ea, eb))
+        return value if e.is_number else Dim(value, e)
 
     def __add__(self, o):
         return self._arith(o, operator.add, operator.add)
@@ -282,6 +294,29 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
     setattr(FloatDim, _name, _plain_float_method(_name))
 
 
+# (operation, expr, expr) -> the result's expression: sympy's arithmetic costs ~10 us a call
+_ARITH: dict[tuple, Any] = {}
+
+
+def product(dims) -> int:
+    """The product of `dims` (a shape's numel), symbolic even while `suspended`: the value
+    is kept (TensorType.numel), and lowering reads it."""
+    value, exprs = 1, []
+    for d in dims:
+        value *= _as_int(d)
+        if isinstance(d, Dim):
+            exprs.append(d.expr)
+        elif _as_int(d) != 1:
+            exprs.append(sympy.Integer(_as_int(d)))
+    if not any(isinstance(d, Dim) for d in dims):
+        return value
+    key = ("product",) + tuple(exprs)
+    e = _ARITH.get(key)
+    if e is None:
+        e = _ARITH[key] = sympy.Mul(*exprs)
+    return value if e.is_number else Dim(value, e)
+
+
 def make(hint: int, expr) -> int:
     """A Dim of `expr` at `hint`, or the plain int when `expr` is a number."""
     expr = sympy.sympify(expr)
@@ -351,7 +386,9 @@ def recording(guards: Guards | None = None):
 
 @contextlib.contextmanager
 def suspended():
-    """Size comparisons inside take the hint's answer and record nothing (profitability)."""
+    """Size comparisons inside take the hint's answer and record nothing, and arithmetic
+    on sizes gives plain ints (profitability: planning, code printing). Lowering inside
+    (its own `recording`) is symbolic again."""
     st = _stack()
     st.append(None)
     try:
@@ -385,28 +422,35 @@ _OPS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.
 _RELATION = {"eq": sympy.Eq, "ne": sympy.Ne, "lt": sympy.Lt, "le": sympy.Le,
              "gt": sympy.Gt, "ge": sympy.Ge}
 _NEGATION = {"eq": "ne", "ne": "eq", "lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
-# (op, expr a, expr b) -> True / False for every size, or None (it depends on them)
-_DECIDED: dict[tuple, bool | None] = {}
+# (op, expr a, expr b) -> True / False for every size, or None (it depends on them), and
+# the relations to record when it holds and when it does not
+_DECIDED: dict[tuple, tuple] = {}
 
 
 def decide(op: str, a: int, b: int) -> bool:
     """`a <op> b` at the hints; when the answer depends on the sizes, the relation that
-    holds at the hints is recorded as a guard."""
+    holds at the hints is recorded as a guard (while `suspended`: the hints' answer)."""
     result = _OPS[op](_as_int(a), _as_int(b))
+    st = _stack()
+    if st and st[-1] is None:
+        return result
     ea, eb = expr_of(a), expr_of(b)
     key = (op, ea, eb)
-    try:
-        static = _DECIDED[key]
-    except KeyError:
+    entry = _DECIDED.get(key)
+    if entry is None:
         if len(_DECIDED) > 100_000:
             _DECIDED.clear()
-        static = _DECIDED[key] = _static(op, ea - eb)
+        static = _static(op, ea - eb)
+        entry = _DECIDED[key] = (static, None, None) if static is not None else (
+            None, _RELATION[op](ea, eb), _RELATION[_NEGATION[op]](ea, eb))
+    static = entry[0]
     if static is not None:
         if static != result:   # a hint outside the symbols' range: the caller's bug
             raise ValueError(f"size {ea} = {_as_int(a)} or {eb} = {_as_int(b)} is outside "
                              f"the range of its symbols (each >= {SIZE_MIN})")
         return static
-    record(_RELATION[op if result else _NEGATION[op]](ea, eb))
+    if st:
+        record(entry[1] if result else entry[2])
     return result
 
 
