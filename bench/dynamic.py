@@ -101,6 +101,11 @@ MODELS = {
     "cnn": (cnn_model, cnn_inputs, (("batch", "batches", 16), ("hw", "hws", 4))),
 }
 
+# parameters whose gradient is zero in exact arithmetic, left out of the error: the key
+# projection's bias adds q.b to a whole row of scores, which the softmax ignores, so its
+# gradient is rounding noise (relative error ~1 against eager for every compiler)
+ZERO_GRADIENTS = {"transformer": ("k.bias",), "cnn": ()}
+
 
 def _weights(shape):
     """Fixed weights of the loss (sum(out * w)): a plain sum of a layer-normalised output
@@ -109,14 +114,15 @@ def _weights(shape):
     return torch.randn(shape, generator=torch.Generator().manual_seed(len(shape) + sum(shape)))
 
 
-def _step(model, fn, args, w):
+def _step(model, fn, args, w, skip=()):
     """One training step: forward, loss = sum(out * w), backward. Returns the output and
-    the parameters' gradients (for the comparison with eager)."""
+    the parameters' gradients but those named in `skip` (for the comparison with eager)."""
     for p in model.parameters():
         p.grad = None
     out = fn(*args)
     (out * w).sum().backward()
-    return [out.detach()] + [p.grad.detach() for p in model.parameters()]
+    return [out.detach()] + [p.grad.detach() for n, p in model.named_parameters()
+                             if n not in skip]
 
 
 # --- counting -----------------------------------------------------------------------
@@ -201,6 +207,7 @@ def sweep(model_name: str, axis: str, sizes: list[int], fixed: int, variants, ta
     """One sweep of one block: every variant at every size."""
     import torch
     build, inputs, _ = MODELS[model_name]
+    skip = ZERO_GRADIENTS[model_name]
     torch._dynamo.reset()
     base = build()
     rows = []
@@ -220,7 +227,7 @@ def sweep(model_name: str, axis: str, sizes: list[int], fixed: int, variants, ta
                 before = _counts(v.name, v.sink)
                 with v.compiling():
                     start = time.perf_counter()
-                    out = _step(v.model, v.fn, args, w)
+                    out = _step(v.model, v.fn, args, w, skip)
                     first = time.perf_counter() - start
                 work = _delta(_counts(v.name, v.sink), before)
                 if v.name == "eager":
@@ -229,7 +236,7 @@ def sweep(model_name: str, axis: str, sizes: list[int], fixed: int, variants, ta
                 if ref is not None:
                     entry["max_rel_err"] = max_rel_err(out, ref)
                 row["variants"][v.name] = entry
-                runs[v.name] = (lambda v=v: _step(v.model, v.fn, args, w))
+                runs[v.name] = (lambda v=v: _step(v.model, v.fn, args, w, skip))
             times = time_interleaved(runs, warmup=1, repeat=repeat, min_time=min_time)
             for v in vs:
                 e = row["variants"][v.name]
