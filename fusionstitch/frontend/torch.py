@@ -208,6 +208,7 @@ class CompiledGraph:
     def _no_dynamic(self, why: str) -> None:
         self.dynamic_reason = why
         self._binding = None
+        _stats.bump("dynamic_refusals")
         log.info("%s has symbolic sizes but is compiled per shape: %s", self.name, why)
 
     def _entry_for(self, args: list) -> Any:

@@ -183,6 +183,7 @@ def test_a_graph_that_is_not_symbolic_is_specialised_with_its_reason(caplog):
             torch.testing.assert_close(f(x), fn(x))
     reasons = [cg.dynamic_reason for cg in sink if cg.dynamic_reason]
     assert reasons and any("compiled per shape" in r.getMessage() for r in caplog.records)
+    assert fusionstitch.stats()["dynamic_refusals"] == len(reasons)
 
 
 def test_dynamic_off_compiles_per_shape(monkeypatch):
@@ -193,6 +194,7 @@ def test_dynamic_off_compiles_per_shape(monkeypatch):
         torch.testing.assert_close(f(x), (x * 3).exp().sum(-1))
     st = fusionstitch.stats()
     assert st["specialisations"] == 3 and st["symbolic_programs"] == 0
+    assert st["dynamic_refusals"] == 0      # turned off, not refused
 
 
 def test_explain_reports_a_symbolic_program_once():
