@@ -278,6 +278,8 @@ def markdown(result: dict) -> str:
              f"fusionstitch {meta['versions']['fusionstitch']}, {meta['versions']['cpu']} "
              f"({meta['versions']['torch_threads']} threads), GPU: {meta['versions']['gpu']}",
              ""]
+    if meta.get("note"):
+        lines += [meta["note"], ""]
     for s in result["sweeps"]:
         sizes = s["sizes"]
         lines += [f"## {s['model']}: {s['axis']} {sizes[0]}..{sizes[-1]} ({len(sizes)} sizes, "
@@ -349,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         variants.insert(0, "eager")
     command = "python -m bench.dynamic " + " ".join(shlex.quote(x) for x in (
         argv if argv is not None else sys.argv[1:]))
+    if os.environ.get("OMP_NUM_THREADS"):   # the threads of torch and of our C++ kernels
+        command = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} {command}"
     result = run(models, variants, a.target, _ranges(a.batches), _ranges(a.seqs),
                  _ranges(a.hws), a.repeat, a.min_time, command)
     os.makedirs(a.out, exist_ok=True)
