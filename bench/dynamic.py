@@ -24,6 +24,11 @@ kernels), compile seconds (the first call at each size less that size's step tim
 summed), and per size the median step time and the relative error against eager. Every
 compiler starts from empty caches (a fresh folder each). Writes
 ``dynamic_<target>_<date>.json`` and ``.md`` into ``--out``.
+
+``bench/results/dynamic_cpu_2026-11-26.md`` ran with ``OMP_NUM_THREADS=1`` (the command
+is in the file; about 12 minutes on two shared cores, most of it Inductor's compiles):
+on a machine shared with other jobs, two OpenMP threads on two cores stall whenever one
+is descheduled, and step times then varied a hundredfold between neighbouring sizes.
 """
 from __future__ import annotations
 
@@ -265,7 +270,8 @@ def sweep(model_name: str, axis: str, sizes: list[int], fixed: int, variants, ta
 _COLUMNS = (("dynamo_graphs", "Dynamo graphs", "{:d}"), ("compiles", "backend compiles", "{:d}"),
             ("symbolic_programs", "symbolic programs", "{:d}"),
             ("plan_cache_misses", "plan-cache misses", "{:d}"),
-            ("planning_s", "planning s", "{:.2f}"), ("kernels_compiled", "kernels compiled", "{:d}"),
+            ("planning_s", "planning s", "{:.2f}"),
+            ("kernels_compiled", "kernels compiled", "{:d}"),
             ("compile_s", "compile s", "{:.1f}"), ("step_s_geomean", "step ms (geomean)", "ms"),
             ("max_rel_err", "max rel err", "{:.1e}"))
 
