@@ -26,7 +26,7 @@ compiler starts from empty caches (a fresh folder each). Writes
 ``dynamic_<target>_<date>.json`` and ``.md`` into ``--out``.
 
 ``bench/results/dynamic_cpu_2026-11-26.md`` ran with ``OMP_NUM_THREADS=1`` (the command
-is in the file; about 12 minutes on two shared cores, most of it Inductor's compiles):
+is in the file; about 10 minutes on two shared cores, most of it Inductor's compiles):
 on a machine shared with other jobs, two OpenMP threads on two cores stall whenever one
 is descheduled, and step times then varied a hundredfold between neighbouring sizes.
 """
