@@ -54,7 +54,11 @@ def lower_batch(L: Lowerer, names: list[str], space) -> Component:
         elif op in SIMPLE_REDUCTIONS:
             stages.append(_reduce_stage(L, n, stored))
     rest = [(n, el, t) for n in names if n in L.escaping for el, t in _tensor_parts(L, n)
-            if (n, el) not in stored and t.numel]
+            if (n, el) not in stored]
+    for n, el, t in rest:
+        if not t.numel:   # nothing to store, but a reader needs the empty tensor
+            L.output_buffer(n, el, t)
+    rest = [(n, el, t) for n, el, t in rest if t.numel]
     if rest:
         stages.append(_store_stage(L, rest))
     count = L.batch

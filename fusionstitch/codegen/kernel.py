@@ -62,6 +62,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Union
 
+from ..ir.symbolic import hint
 from .expr import ONE, Expr, Sym, to_source
 
 UNARY = frozenset("neg abs exp exp2 log log2 log1p expm1 sqrt rsqrt sin cos tan tanh sigmoid "
@@ -189,6 +190,9 @@ class Kernel:
     # buffers that may share memory at run time (an output stored into the input it
     # updates, runtime/inplace.py): the C++ printer drops `__restrict__` from them
     may_alias: frozenset[str] = frozenset()
+    # relations between size symbols the kernel is correct under (a graph of symbolic
+    # sizes, ir/symbolic.py): what lowering decided from the hints
+    guards: frozenset = field(default=frozenset(), compare=False)
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:
@@ -330,12 +334,13 @@ def _stmts(c: Component):
 
 
 def _value(e, env=None) -> int:
-    """An index expression's value with every Sym at its lowering-time value."""
+    """An index expression's value with every Sym at its lowering-time value (a symbolic
+    size's hint: estimates only)."""
     from . import expr as E
     if isinstance(e, E.Const):
         return e.value
     if isinstance(e, E.Sym):
-        return e.value
+        return hint(e.value)
     if isinstance(e, E.Mul):
         out = 1
         for f in e.factors:

@@ -22,10 +22,11 @@ stage produces for later ones go through scratch buffers (`Lowerer.staged`).
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..config import elide_half_casts
 from ..ir.graph import CONSTANT, PARAMETER, Graph, TensorType, TupleType
+from ..ir.symbolic import FloatDim, is_symbolic, make, recording
 from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, _numel, components,
                                   component_space, escaping_values)
 from . import expr as E
@@ -61,7 +62,7 @@ class Lowerer:
         self.escaping = escaping_values(graph, names)
         self.inputs: dict[tuple, Buffer] = {}
         self.outputs: list[Buffer] = []
-        self.syms: dict[str, E.Sym] = {}
+        self.syms: dict = {}      # "ks<value>" | ("dim", expr) | stride name -> Sym
         self.bindings: dict[str, tuple] = {}
         self.dtype_of: dict[str, str] = {"xmask": "b8", "rmask": "b8", "ymask": "b8"}
         self.counter = 0
@@ -77,8 +78,10 @@ class Lowerer:
         self.batch = 1            # programs of the batch component being lowered
         self.gemm_batch = 1       # its GEMMs' batch entries (a program may run several)
         self.extent: dict[str, int] = {}   # loop variable -> its range in the current stage
-        big = max((_numel(graph[n].type) for n in names), default=0)
-        self.index_dtype = "i64" if big > INT32_LIMIT else "i32"
+        # each size against the limit, not their max: symbolic sizes then guard the limit
+        # only, not which of them is the largest (ir/symbolic.py)
+        big = any(_numel(graph[n].type) > INT32_LIMIT for n in names)
+        self.index_dtype = "i64" if big else "i32"
 
     # -- names, syms, buffers -------------------------------------------------------
     def fresh(self, prefix: str = "v") -> str:
@@ -86,15 +89,32 @@ class Lowerer:
         return f"{prefix}{self.counter}"
 
     def size(self, v: int) -> E.Expr:
-        """A size as an expression: 0 and 1 stay constants (they decide broadcasting)."""
+        """A size as an expression: 0 and 1 stay constants (they decide broadcasting).
+
+        A symbolic size (`ir.symbolic.Dim`) is a sym of its own expression, bound at each
+        launch to the expression's value ("expr" binding): sizes equal at the hints by
+        coincidence stay two syms. A concrete size is a sym bound to its value ("const"),
+        one per value, so that the source holds no size either way."""
         if v in (0, 1):
             return E.Const(v)
+        if is_symbolic(v):
+            key = ("dim", v.expr)
+            sym = self.syms.get(key)
+            if sym is None:
+                sym = self.syms[key] = E.Sym(f"ks{len(self.syms)}", v)
+                self.bindings[sym.name] = ("expr", v.expr)
+            return sym
         name = f"ks{v}"
         sym = self.syms.get(name)
         if sym is None:
             sym = self.syms[name] = E.Sym(f"ks{len(self.syms)}", v)
             self.bindings[sym.name] = ("const", v)
         return sym
+
+    def num(self, v: int) -> E.Expr:
+        """An integer of the index arithmetic (a slice's start, a piece's offset): a
+        constant, or the sym of a symbolic one (`size`)."""
+        return self.size(v) if is_symbolic(v) else E.Const(v)
 
     def sizes(self, shape) -> tuple[E.Expr, ...]:
         return tuple(self.size(d) for d in shape)
@@ -147,6 +167,10 @@ class Lowerer:
 
     def const(self, value, dtype: str) -> str:
         dtype = compute_dtype(dtype)
+        if isinstance(value, FloatDim):   # n / (n - 1) of sizes: computed from their syms
+            return self.cast(self.size_number(value.expr, value.hints), dtype)
+        if is_symbolic(value):      # a size used as a number (a mean's count): a sym
+            return self.cast(self.index(self.size(value)), dtype)
         if dtype == "b8":
             value = bool(value)
         elif not dtype.startswith("f"):
@@ -163,6 +187,30 @@ class Lowerer:
         var = self.emit(Op(self.fresh(), op, args, dtype), ("op", op, args, dtype))
         self.dtype_of[var] = dtype
         return var
+
+    def size_number(self, e, hints: dict) -> str:
+        """A variable holding the value of size expression `e` (sympy, of the symbols whose
+        hints are `hints`): integer parts are syms (i64), float arithmetic is f64, as the
+        host computes it in Python before torch reads it as a scalar."""
+        if e.is_integer:
+            if e.is_number:
+                return self.const(int(e), "i64")
+            at = int(e.xreplace({s: hints[s] for s in e.free_symbols}))
+            return self.index(self.size(make(at, e)))
+        if e.is_number:
+            return self.const(float(e), "f64")
+        kind = type(e).__name__
+        parts = [self.cast(self.size_number(a, hints), "f64") for a in e.args]
+        if kind in ("IntTrueDiv", "FloatTrueDiv") and len(parts) == 2:
+            return self.op("truediv", parts, "f64")
+        if kind == "ToFloat" and len(parts) == 1:
+            return parts[0]
+        if kind in ("Add", "Mul"):
+            acc = parts[0]
+            for p in parts[1:]:
+                acc = self.op("add" if kind == "Add" else "mul", (acc, p), "f64")
+            return acc
+        raise Unsupported(f"a float of the sizes ({e}): no kernel rule for {kind}")
 
     def cast(self, var: str, dtype: str) -> str:
         dtype = compute_dtype(dtype)
@@ -478,7 +526,14 @@ GENERATED_DTYPES = frozenset({"f64", "f32", "f16", "bf16", "i64", "i32", "i16", 
 
 
 def lower_group(graph: Graph, names, kernel_name: str) -> Kernel:
-    """The Kernel of one group; raises Unsupported with the reason."""
+    """The Kernel of one group; raises Unsupported with the reason. The size comparisons
+    of a graph of symbolic sizes it made are the kernel's `guards` (ir/symbolic.py)."""
+    with recording() as guards:
+        k = _lower_group(graph, names, kernel_name)
+    return replace(k, guards=frozenset(guards)) if guards else k
+
+
+def _lower_group(graph: Graph, names, kernel_name: str) -> Kernel:
     names = list(names)
     _check_dtypes(graph, names)
     L = Lowerer(graph, names, kernel_name)

@@ -354,7 +354,7 @@ def _index_map(L: Lowerer, node, idx, element):
             start += src[d]
         start = min(max(start, 0), src[d])
         res = list(idx)
-        res[d] = E.add(E.mul(idx[d], E.Const(step)), E.Const(start))
+        res[d] = E.add(E.mul(idx[d], L.num(step)), L.num(start))
         return a[0].name, None, tuple(res)
     if op == "select.int":
         src = g[a[0].name].type.shape
@@ -362,7 +362,7 @@ def _index_map(L: Lowerer, node, idx, element):
         if d is None:
             raise Unsupported(f"%{node.name}: select of a 0-d tensor")
         i = a[2] + src[d] if a[2] < 0 else a[2]
-        return a[0].name, None, tuple(idx[:d]) + (E.Const(i),) + tuple(idx[d:])
+        return a[0].name, None, tuple(idx[:d]) + (L.num(i),) + tuple(idx[d:])
     if op == GETITEM:
         src_node = g[a[0].name]
         if src_node.op in ("split_with_sizes.default", "split.Tensor") and \
@@ -466,7 +466,7 @@ def _split_item(L: Lowerer, src_node, i: int, idx):
         sizes = list(b["split_sizes"])
     start = sum(sizes[:i])
     res = list(idx)
-    res[d] = E.add(idx[d], E.Const(start))
+    res[d] = E.add(idx[d], L.num(start))
     return x.name, None, tuple(res)
 
 
@@ -490,7 +490,7 @@ def _cat(L: Lowerer, node, idx):
     # evaluate from the last piece: where(pos < end_k, piece_k, rest)
     for start, size, t in reversed(branches):
         sub = list(idx)
-        sub[d] = E.add(idx[d], E.Const(-start)) if start else idx[d]
+        sub[d] = E.add(idx[d], L.num(-start)) if start else idx[d]
         lo = L.op("ge", (pos, L.index(L.size(start) if start else E.ZERO)), "b8")
         hi = L.op("lt", (pos, L.index(E.add(L.size(start) if start else E.ZERO,
                                             L.size(size)))), "b8")
@@ -550,12 +550,14 @@ def _pad(L: Lowerer, node, idx):
         # "same" padding): no bound to check on that side, the output is inside the source
         d = len(src) - 1 - k
         lo, hi = pad[2 * k], pad[2 * k + 1]
-        sub[d] = E.add(idx[d], E.Const(-lo)) if lo else idx[d]
+        if not (isinstance(lo, int) and isinstance(hi, int)):
+            raise Unsupported("constant_pad_nd with a symbolic pad")
+        sub[d] = E.add(idx[d], L.num(-lo)) if lo else idx[d]
         p = L.index(idx[d])
         if lo > 0:
-            conds.append(L.op("ge", (p, L.index(E.Const(lo))), "b8"))
+            conds.append(L.op("ge", (p, L.index(L.num(lo))), "b8"))
         if hi > 0:
-            conds.append(L.op("lt", (p, L.index(E.add(E.Const(lo), L.size(src[d])))), "b8"))
+            conds.append(L.op("lt", (p, L.index(E.add(L.num(lo), L.size(src[d])))), "b8"))
     inside = conds[0] if conds else None
     for c in conds[1:]:
         inside = L.op("and", (inside, c), "b8")

@@ -1,12 +1,20 @@
-"""FX (aten-level, from AOTAutograd) to IR, specialised to concrete input sizes.
+"""FX (aten-level, from AOTAutograd) to IR, for concrete or symbolic input sizes.
 
-Dynamo may hand us symbolic sizes (a second call with a new batch size makes
-a dimension dynamic). We specialise instead: the caller gives the concrete
-value of every placeholder (a TensorType for tensors, a Python number for
-SymInt inputs); size arithmetic in the graph (`sym_size`, `operator.mul`, ...)
-is evaluated here, and node types come from FX's `val` metadata when it is
-static, else from the op table's shape rule (meta tensors). The result is a
+The caller gives every placeholder's value: a TensorType for tensors, a number
+for SymInt inputs. Size arithmetic in the graph (`sym_size`, `operator.mul`,
+...) is evaluated here.
+
+Concrete (`hints=None`): node types come from FX's `val` metadata when it is
+static, else from the op table's shape rule (meta tensors); the result is a
 static IR graph for exactly those sizes.
+
+Symbolic (`hints`: each size symbol's value at this call, frontend/dynamic.py):
+the placeholders' sizes are `ir.symbolic.Dim`s, and every node's type and every
+size computed in the graph takes its expression from FX's `val` metadata (the
+SymInt's own expression, so sizes equal by coincidence stay apart) and its hint
+from evaluating it at `hints`. A size the graph computes as a float or a bool of
+the symbols, or one with a symbol no input carries (a data-dependent size), is
+`Unsupported`: the caller then specialises the graph to concrete sizes.
 
 Anything the IR cannot express raises `Unsupported` with the reason; the
 backend then runs the whole FX graph through torch (never a wrong number).
@@ -64,8 +72,12 @@ def _log_fallback(op: str) -> None:
                   op)
 
 
-def fx_to_ir(gm: torch.fx.GraphModule, specs: list[Any], name: str = "graph") -> Graph:
-    """Translate `gm` for concrete placeholder values `specs` (TensorType or number)."""
+def fx_to_ir(gm: torch.fx.GraphModule, specs: list[Any], name: str = "graph",
+             hints: dict | None = None) -> Graph:
+    """Translate `gm` for placeholder values `specs` (TensorType or number); `hints`
+    (symbol -> value) makes a symbolic graph (see the module docstring)."""
+    if hints is not None:
+        from .dynamic import symbolic_scalar, symbolic_type
     env: dict[torch.fx.Node, Any] = {}  # FX node -> Ref | Python scalar | tuple of those
     types: dict[str, Type] = {}
     nodes: list[Node] = []
@@ -141,7 +153,14 @@ def fx_to_ir(gm: torch.fx.GraphModule, specs: list[Any], name: str = "graph") ->
         if target in _SCALAR_FNS:
             if any(isinstance(a, Ref) for a in args):
                 raise Unsupported(f"{target} applied to a tensor")
-            env[fx_node] = target(*args, **dict(kwargs))
+            if hints is not None:
+                # the value of FX's own expression of it (arithmetic on a FloatDim here
+                # would specialise it)
+                value = symbolic_scalar(fx_node, lambda: target(*args, **dict(kwargs)),
+                                        hints)
+            else:
+                value = target(*args, **dict(kwargs))
+            env[fx_node] = value
             continue
         if not isinstance(target, torch._ops.OpOverload):
             raise Unsupported(f"call to {getattr(target, '__name__', target)!r} is not an aten op")
@@ -153,7 +172,12 @@ def fx_to_ir(gm: torch.fx.GraphModule, specs: list[Any], name: str = "graph") ->
         val = fx_node.meta.get("val")
         if val is not None and not isinstance(val, (torch.Tensor, tuple, list)):
             raise Unsupported(f"op {op} returns a {type(val).__name__} (data-dependent scalar)")
-        if val is not None and _is_static(val):
+        if hints is not None:
+            if val is None:
+                raise Unsupported(f"op {op} has no FX shape metadata in a graph of symbolic "
+                                  "sizes")
+            t = symbolic_type(val, op, hints)
+        elif val is not None and _is_static(val):
             try:
                 t = type_of_value(val, op)
             except TypeError as e:

@@ -32,7 +32,8 @@ from ..passes.pipeline import canonicalize
 from ..runtime import counters as _stats
 from ..runtime.program import Program
 from ..report.debug import dumper
-from . import graph_cache, precompile
+from ..ir import symbolic
+from . import dynamic, graph_cache, precompile
 from .decompositions import decompositions
 from .fx_to_ir import Unsupported, fx_to_ir, input_specs
 
@@ -84,6 +85,13 @@ class Specialisation:
     planning_seconds: float
     run: Callable             # what a call runs: the program, or its CUDA-graph wrapper
     target: str = ""          # the target it was planned for (`auto` resolved)
+    # a program for every size under its guards (frontend/dynamic.py): `run` takes the
+    # call's whole argument list, and `guarded` says which calls it serves
+    guarded: Any = None
+
+    @property
+    def symbolic(self) -> bool:
+        return self.guarded is not None
 
 
 _FALLBACK = object()
@@ -120,6 +128,13 @@ class CompiledGraph:
         # (an optimizer step's 160 inputs: 0.1 ms a call)
         self._static = static_inputs(gm)
         self._only: Any = None
+        # a graph of symbolic sizes: its symbolic programs (frontend/dynamic.py), or None
+        # when it is compiled per shape (`dynamic_reason` says why, if it is symbolic)
+        self.dynamic_reason: str | None = None
+        self._binding: dynamic.Binding | None = None
+        self._programs: list[Specialisation] = []
+        if not self._static and dynamic.is_symbolic(gm):
+            self._init_dynamic()
         if sink is not None:
             sink.append(self)
         _stats.bump("compiles")
@@ -149,14 +164,78 @@ class CompiledGraph:
                         else a for a in args)
         entry = self.specialisations.get(key)
         if entry is None:
-            entry = self.specialisations[key] = self._specialise(args)
+            if len(self.specialisations) >= _MAX_KEYS:   # a stream of shapes: stay bounded
+                self.specialisations.clear()
+            entry = self.specialisations[key] = self._entry_for(args)
             if self._static and key[0] == "tensors" and len(args) == self._static:
                 self._only = entry
         if entry is _FALLBACK:
             return self._unfused(args)
-        if key[0] == "tensors":
+        if key[0] == "tensors" or entry.guarded is not None:
             return entry.run(args)
         return entry.run([a for a in args if isinstance(a, torch.Tensor)])
+
+    # -- shape-generic compilation (frontend/dynamic.py) -------------------------------
+    def _init_dynamic(self) -> None:
+        if not dynamic.enabled():
+            self.dynamic_reason = "FUSIONSTITCH_DYNAMIC=0"
+            return
+        if self.options.cuda_graphs:
+            self._no_dynamic("CUDA graphs are captured per shape")
+            return
+        try:
+            self._binding = dynamic.Binding(self.gm)
+        except Exception as e:   # Unsupported, or metadata of a form we do not know
+            self._no_dynamic(str(e))
+
+    def _no_dynamic(self, why: str) -> None:
+        self.dynamic_reason = why
+        self._binding = None
+        _stats.bump("dynamic_refusals")
+        log.info("%s has symbolic sizes but is compiled per shape: %s", self.name, why)
+
+    def _entry_for(self, args: list) -> Any:
+        """The compiled program for a call whose input signature is new: a symbolic program
+        whose guards hold, a new one, or a concrete specialisation."""
+        # sizes 0 and 1 get programs of their own (as Dynamo gives them graphs of their own)
+        if self._binding is not None and self._binding.in_range(args):
+            for entry in self._programs:
+                if entry.guarded.holds(args) is not None:
+                    return entry
+            if len(self._programs) < dynamic.max_programs():
+                entry = self._specialise_symbolic(args)
+                if entry is not None:
+                    self._programs.append(entry)
+                    return entry
+            else:
+                log.info("%s: sizes %s violate the guards of its %d symbolic programs; "
+                         "compiled for these sizes", self.name,
+                         [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)],
+                         len(self._programs))
+        return self._specialise(args)
+
+    def _specialise_symbolic(self, args: list) -> Specialisation | None:
+        """One program for every size of the graph under guards, hinted by this call's
+        sizes; None (and the graph compiles per shape from now on) when that fails."""
+        binding = self._binding
+        try:
+            spec = self._build(args, binding)
+            if spec.guarded.holds(args) is None:   # the hints must satisfy their guards
+                raise Unsupported(f"its guards do not hold at the sizes it was compiled "
+                                  f"for: {spec.guarded.text()}")
+        except FallbackRefused:
+            raise
+        except Exception as e:   # Unsupported, or an internal error: never a wrong number
+            if strict() and not isinstance(e, Unsupported):
+                raise
+            self._no_dynamic(f"{type(e).__name__}: {e}" if not isinstance(e, Unsupported)
+                             else str(e))
+            return None
+        _stats.bump("symbolic_programs")
+        if spec.guarded.guards:
+            log.debug("%s: symbolic program %d under guards %s", self.name,
+                      len(self._programs), spec.guarded.text())
+        return spec
 
     def _unfused(self, args: list) -> list:
         """The graph run through torch (a specialisation that fell back): a fallback."""
@@ -164,20 +243,32 @@ class CompiledGraph:
         out = self.gm(*args)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
-    def _specialise(self, args: list) -> Any:
-        try:
-            device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
-            target = self.options.resolved_target(device)
-            if device is not None and device.type not in ("cpu", "cuda") and self.execute:
-                raise Unsupported(f"inputs on device {device.type}: no fusionstitch target "
-                                  "runs there")
-            specs = input_specs(args)
-            graph = fx_to_ir(self.gm, specs, self.name)
+    def _build(self, args: list, binding: dynamic.Binding | None = None) -> Specialisation:
+        """FX -> IR -> plan -> Program for this call's sizes (`binding`: for every size
+        of the graph, under the guards it records); raises Unsupported."""
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        target = self.options.resolved_target(device)
+        if device is not None and device.type not in ("cpu", "cuda") and self.execute:
+            raise Unsupported(f"inputs on device {device.type}: no fusionstitch target "
+                              "runs there")
+        guards = symbolic.Guards()
+        hints = None
+        # sizes compared while the graph is translated and canonicalised are guards
+        # (ir/symbolic.py); planning and code printing take the hints and record none
+        with symbolic.recording(guards):
+            if binding is not None:
+                hints = binding.hints(args)
+                specs = binding.specs(args, hints)
+            else:
+                specs = input_specs(args)
+            graph = fx_to_ir(self.gm, specs, self.name, hints=hints)
             dump = dumper(self.name, self.options.strategy, target)
             if dump:
                 dump("frontend", graph)
             start = time.perf_counter()
-            canon = canonicalize(graph, verify=config.verify_enabled(), dump=dump)
+            canon = canonicalize(graph, verify=config.verify_enabled() and binding is None,
+                                 dump=dump)
+        with symbolic.suspended():
             plan = make_plan(canon, self.options.strategy, target)
             seconds = time.perf_counter() - start
             if dump:
@@ -185,24 +276,36 @@ class CompiledGraph:
             # placeholder number -> parameter number (numbers do not become parameters)
             param_of = {j: k for k, j in enumerate(
                 j for j, a in enumerate(args) if isinstance(a, torch.Tensor))}
-            mutated = [(i, param_of[j]) for i, j in self.mutated if j in param_of]
+            # (a symbolic program writes no input in place: AOTAutograd copies them back)
+            mutated = [(i, param_of[j]) for i, j in self.mutated
+                       if j in param_of] if binding is None else []
             program = Program(plan, device, target if self.execute else "torch", mutated,
-                              static=bool(self._static))
-            if program.fallback_reasons:
-                parts = "; ".join(program.fallback_reasons)
-                if config.strict_all():
-                    _refuse(self.name, parts)
-                log.warning("%s: %d part(s) run through torch (counted in fallbacks): %s",
-                            self.name, len(program.fallback_reasons), parts)
-            run = program
-            if self.options.cuda_graphs:
-                from ..runtime.cudagraph import wrap
-                run = wrap(program, self.name, mutated, target,
-                           [a for a in args if isinstance(a, torch.Tensor)])
-            if dump:
-                from ..report.debug import dump_kernels
-                dump_kernels(dump.folder, plan, program.kernel_steps, target)
-            return Specialisation(canon, plan, program, seconds, run, target)
+                              static=bool(self._static),
+                              symbols=binding.symbols if binding is not None else None)
+        _stats.bump("specialisations")
+        if program.fallback_reasons:
+            parts = "; ".join(program.fallback_reasons)
+            if config.strict_all():
+                _refuse(self.name, parts)
+            log.warning("%s: %d part(s) run through torch (counted in fallbacks): %s",
+                        self.name, len(program.fallback_reasons), parts)
+        run = program
+        guarded = None
+        if binding is not None:
+            guarded = dynamic.Guarded(binding, guards | program.guards)
+            run = _symbolic_runner(program, binding)
+        elif self.options.cuda_graphs:
+            from ..runtime.cudagraph import wrap
+            run = wrap(program, self.name, mutated, target,
+                       [a for a in args if isinstance(a, torch.Tensor)])
+        if dump:
+            from ..report.debug import dump_kernels
+            dump_kernels(dump.folder, plan, program.kernel_steps, target)
+        return Specialisation(canon, plan, program, seconds, run, target, guarded)
+
+    def _specialise(self, args: list) -> Any:
+        try:
+            return self._build(args)
         except FallbackRefused:
             raise
         except Unsupported as e:
@@ -218,6 +321,19 @@ class CompiledGraph:
             log.exception("%s: internal error, running through torch unfused (counted in "
                           "fallbacks)", self.name)
         return _FALLBACK
+
+
+def _symbolic_runner(program: Program, binding: dynamic.Binding) -> Callable:
+    """A call of a symbolic program: the symbols' values from the call's arguments."""
+    values = binding.values
+    if all(kind == "tensor" for kind, _ in binding.inputs):
+        return lambda args: program(args, values(args))
+    return lambda args: program([a for a in args if isinstance(a, torch.Tensor)], values(args))
+
+
+# input signatures a CompiledGraph remembers before it forgets them all (each maps to its
+# program; a stream of new shapes of a symbolic graph finds its program again by guards)
+_MAX_KEYS = 4096
 
 
 def static_inputs(gm: torch.fx.GraphModule) -> int:

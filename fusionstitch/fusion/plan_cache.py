@@ -82,8 +82,16 @@ def _versions() -> str:
 
 
 def graph_text(graph: Graph) -> str:
-    """The graph's IR text without its name (names are counters: forward_0, forward_7)."""
-    return print_graph(replace(graph, name="g"))
+    """The graph's IR text without its name (names are counters: forward_0, forward_7).
+    A graph of symbolic sizes prints their expressions; the hints its inputs' sizes have
+    follow (lowering, hence code-generation legality, decides at the hints)."""
+    text = print_graph(replace(graph, name="g"))
+    if graph.symbolic:
+        from ..ir.symbolic import hint, is_symbolic
+        hints = sorted({f"{d}={hint(d)}" for n in graph.params
+                        for d in getattr(n.type, "shape", ()) if is_symbolic(d)})
+        text += "\nhints " + " ".join(hints)
+    return text
 
 
 def plan_key(graph: Graph, strategy: str, target: str) -> str:

@@ -68,6 +68,13 @@ class TensorType:
     def numel(self) -> int:
         n = 1
         for d in self.shape:
+            if type(d) is not int:       # a symbolic size (ir/symbolic.py): kept, it costs
+                n = self.__dict__.get("_numel")
+                if n is None:
+                    from .symbolic import product
+                    n = product(self.shape)
+                    object.__setattr__(self, "_numel", n)
+                return n
             n *= d
         return n
 
@@ -289,6 +296,15 @@ class Graph:
     @cached_property
     def output_refs(self) -> tuple[Ref, ...]:
         return tuple(o for o in self.outputs if isinstance(o, Ref))
+
+    @cached_property
+    def symbolic(self) -> bool:
+        """Whether some size of the graph is symbolic (`ir.symbolic.Dim`)."""
+        from .symbolic import has_symbols
+        return any(has_symbols(n.type.shape) if isinstance(n.type, TensorType) else
+                   isinstance(n.type, TupleType) and any(
+                       e is not None and has_symbols(e.shape) for e in n.type.elements)
+                   for n in self.nodes)
 
     @cached_property
     def output_names(self) -> frozenset[str]:

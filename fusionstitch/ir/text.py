@@ -27,6 +27,7 @@ from json.decoder import scanstring
 
 import torch
 
+from .symbolic import Dim, FloatDim
 from .graph import DTYPES, PARAMETER, Graph, Node, Ref, TensorLiteral, TensorType, TupleType
 
 __all__ = ["print_graph", "parse", "format_value"]
@@ -104,6 +105,8 @@ def format_value(v) -> str:
         return f"device({json.dumps(str(v))})"
     if t is TensorLiteral:
         return _tensor(v)
+    if isinstance(v, (Dim, FloatDim)):   # a symbolic size prints its expression (not parsed)
+        return str(v)
     # subclasses (IntEnum, numpy floats, ...) print as their base value
     if isinstance(v, bool):
         return "True" if v else "False"

@@ -7,6 +7,7 @@ import torch
 
 from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Graph, Node, TensorLiteral, TensorType
 from ..ir.ops import call_reference, lookup
+from ..ir.symbolic import has_symbols
 from ._effects import has_side_effect, is_random
 
 log = logging.getLogger("fusionstitch.passes")
@@ -28,12 +29,15 @@ UNINITIALISED = frozenset({
 def _foldable(n: Node, constants: dict[str, torch.Tensor]) -> bool:
     if n.op in (PARAMETER, CONSTANT, GETITEM) or n.op in UNINITIALISED:
         return False
-    if not isinstance(n.type, TensorType) or n.type.numel > MAX_FOLDED_NUMEL:
+    if not isinstance(n.type, TensorType) or not all(i in constants for i in n.inputs):
         return False  # tuple results are not folded: a constant holds one tensor
-    d = lookup(n.op)
-    if d.fallback or d.is_library or d.view or is_random(n.op) or has_side_effect(n.op):
+    # a value of a symbolic size (ir/symbolic.py) differs from call to call
+    if has_symbols(n.type.shape) or has_symbols(n.args) or has_symbols(
+            tuple(v for _, v in n.kwargs)) or n.type.numel > MAX_FOLDED_NUMEL:
         return False
-    return all(i in constants for i in n.inputs)
+    d = lookup(n.op)
+    return not (d.fallback or d.is_library or d.view or is_random(n.op) or
+                has_side_effect(n.op))
 
 
 def _on_cpu(kwargs: tuple) -> tuple:

@@ -9,11 +9,16 @@ from __future__ import annotations
 # cuda_graph_captures / cuda_graph_replays: programs captured in and replayed from CUDA
 # graphs (runtime/cudagraph.py; a replay also bumps kernels_launched and library_calls);
 # precompile_records / precompile_loads: graphs handed to and rebuilt from torch's caching
-# precompile (frontend/precompile.py)
+# precompile (frontend/precompile.py); specialisations: programs built for a graph (FX -> IR
+# -> plan -> kernels), one per input signature, or one per guard region of a graph of
+# symbolic sizes, of which symbolic_programs counts those (frontend/dynamic.py);
+# dynamic_refusals: graphs of symbolic sizes compiled per shape because they could not be
+# compiled symbolically (each logged at INFO with its reason)
 _KEYS = ("kernels_launched", "library_calls", "compiles", "cache_hits", "fallbacks",
          "kernels_compiled", "inplace_writes", "plan_cache_hits", "plan_cache_misses",
          "graph_cache_hits", "graph_cache_misses", "buffers_recycled", "cuda_graph_captures",
-         "cuda_graph_replays", "precompile_records", "precompile_loads")
+         "cuda_graph_replays", "precompile_records", "precompile_loads", "specialisations",
+         "symbolic_programs", "dynamic_refusals")
 _COUNTERS: dict[str, int] = dict.fromkeys(_KEYS, 0)
 
 

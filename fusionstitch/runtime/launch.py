@@ -10,6 +10,7 @@ import torch
 
 from ..codegen.kernel import Kernel
 from ..ir.graph import DTYPES, ITEMSIZE
+from ..ir.symbolic import is_symbolic
 from . import counters, recycle
 from .inplace import storages, writable
 
@@ -18,11 +19,26 @@ _untyped_storage = torch.Tensor.untyped_storage
 _storage_ptr = torch.UntypedStorage.data_ptr
 
 
+# a binding's marker: the sym is a size of a symbolic program, read from its size slot
+_SIZE = "size"
+
+
+def _shape_template(shape, sizes) -> tuple:
+    """A shape with each symbolic size replaced by its slot: (slot or None, int) per dim."""
+    return tuple((sizes(d), 0) if is_symbolic(d) else (None, int(d)) for d in shape)
+
+
+def _shape(template: tuple, values: list) -> tuple:
+    return tuple(d if s is None else values[s] for s, d in template)
+
+
 class KernelStep:
     """One kernel group of a plan: reads its inputs' slots, fills its outputs' slots."""
 
     def __init__(self, kernel: Kernel, run: Callable, slot_of: dict[str, int],
-                 tuple_arity: dict[str, int], device: torch.device):
+                 tuple_arity: dict[str, int], device: torch.device, sizes=None):
+        """`sizes`: a symbolic program's SizeSlots (runtime/program.py): the kernel's size
+        syms and its outputs' shapes are read from those slots at each launch."""
         self.kernel = kernel
         self.run = run
         self.device = device
@@ -32,15 +48,24 @@ class KernelStep:
         pos = {b.name: i for i, b in enumerate(kernel.inputs)}
         bindings = dict(kernel.bindings)
         self.binding = []
+        # a symbolic program's kernel: sizes come from the program's size slots
+        self.symbolic = sizes is not None and (
+            any(how[0] == "expr" for how in bindings.values()) or
+            any(is_symbolic(d) for b in kernel.buffers for d in b.shape))
         for sym in kernel.syms:
             how = bindings[sym.name]
             if how[0] == "const":
                 self.binding.append((None, how[1]))
+            elif how[0] == "expr":
+                self.binding.append((_SIZE, sizes.of_expr(how[1])))
             else:
                 self.binding.append((pos[how[1]], how[2]))
+        if self.symbolic:
+            self._shapes = [_shape_template(b.shape, sizes) for b in kernel.outputs]
+            self._scratch_shapes = [_shape_template(b.shape, sizes) for b in kernel.scratch]
         # inputs whose strides are syms: stride() once each (stride(d) parses its argument:
         # twice the cost, paid per bound dim; an optimizer step binds 300)
-        self.strided = sorted({i for i, _ in self.binding if i is not None})
+        self.strided = sorted({i for i, _ in self.binding if i is not None and i is not _SIZE})
         # the syms picked in C from (constants..., strides of self.strided...): a third of
         # the cost of a comprehension; an input's stride tuple has its type's rank
         consts = tuple(v for i, v in self.binding if i is None)
@@ -52,10 +77,10 @@ class KernelStep:
             if i is None:
                 where.append(c)
                 c += 1
-            else:
+            elif i is not _SIZE:
                 where.append(start[i] + v)
         self._consts, self._flat_len = consts, at
-        self._pick = itemgetter(*where) if len(where) > 1 else None
+        self._pick = itemgetter(*where) if len(where) > 1 and not self.symbolic else None
         self.torch_dtype = [DTYPES[o[3]] for o in self.outputs]
         # output position -> slot of the input it may be stored into (runtime/inplace.py)
         self.into: dict[int, int] = {}
@@ -63,8 +88,10 @@ class KernelStep:
         # block composition's per-program intermediates (batch components), per launch
         self.scratch = [(b.shape, DTYPES[b.dtype]) for b in kernel.scratch]
         # output position -> its bytes, for outputs big enough to take recycled memory
-        sizes = [math.prod(b.shape) * ITEMSIZE[b.dtype] for b in kernel.outputs]
-        self.pooled = {k: n for k, n in enumerate(sizes) if n >= recycle.MIN_BYTES}
+        nbytes = [math.prod(b.shape) * ITEMSIZE[b.dtype] for b in kernel.outputs]
+        # (a symbolic program's outputs have no one size: they are not recycled)
+        self.pooled = {} if self.symbolic else \
+            {k: n for k, n in enumerate(nbytes) if n >= recycle.MIN_BYTES}
         # the Program's inputs come with the sizes and strides of its first call (a graph
         # of static sizes: Dynamo guards them), so every value's layout is the same each
         # call: the syms, and the in-place choices for inputs on the same storages, are
@@ -78,6 +105,9 @@ class KernelStep:
         for slot, element in self.inputs:
             v = values[slot]
             ins.append(v if element is None else v[element])
+        if self.symbolic:
+            self._launch_symbolic(ins, values)
+            return
         if self.static:
             syms = self._static_syms
             if syms is None:
@@ -94,6 +124,19 @@ class KernelStep:
             outs = [torch.empty(shape, dtype=dt, device=self.device)
                     for (_, _, shape, _), dt in zip(self.outputs, self.torch_dtype)]
         scratch = [torch.empty(shape, dtype=dt, device=self.device) for shape, dt in self.scratch]
+        self.run(ins + outs + scratch, syms)
+        self._place(values, outs)
+
+    def _launch_symbolic(self, ins: list, values: list) -> None:
+        """A launch of a symbolic program's kernel: syms and shapes from the size slots."""
+        strides = {i: ins[i].stride() for i in self.strided}
+        syms = [v if i is None else values[v] if i is _SIZE else strides[i][v]
+                for i, v in self.binding]
+        device = self.device
+        outs = [torch.empty(_shape(shape, values), dtype=dt, device=device)
+                for shape, dt in zip(self._shapes, self.torch_dtype)]
+        scratch = [torch.empty(_shape(shape, values), dtype=dt, device=device)
+                   for shape, (_, dt) in zip(self._scratch_shapes, self.scratch)]
         self.run(ins + outs + scratch, syms)
         self._place(values, outs)
 

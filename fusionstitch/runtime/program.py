@@ -35,6 +35,7 @@ from .. import config
 from ..fusion.plan import KERNEL, LIBRARY, FusionPlan, node_kind
 from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Ref, TensorLiteral
 from ..ir.ops import lookup, resolve_overload
+from ..ir.symbolic import is_symbolic
 from . import counters as _stats
 from . import recycle as _recycle
 
@@ -52,13 +53,36 @@ class _Slot:
     index: int
 
 
-def _template(value: Any, slot_of: dict[str, int]) -> Any:
+class SizeSlots:
+    """The sizes a Program of a graph of symbolic sizes computes per call from its symbols'
+    values (kernel size syms, output shapes, sizes passed to torch ops): each expression
+    gets a slot after the graph's values, filled at every call."""
+
+    def __init__(self, base: int):
+        self.base = base
+        self.exprs: list = []
+        self._index: dict = {}
+
+    def of_expr(self, e) -> int:
+        k = self._index.get(e)
+        if k is None:
+            k = self._index[e] = len(self.exprs)
+            self.exprs.append(e)
+        return self.base + k
+
+    def __call__(self, d) -> int:
+        return self.of_expr(d.expr)
+
+
+def _template(value: Any, slot_of: dict[str, int], sizes: SizeSlots | None = None) -> Any:
     if isinstance(value, Ref):
         return _Slot(slot_of[value.name])
     if isinstance(value, TensorLiteral):
         return value.value
     if isinstance(value, tuple):
-        return [_template(v, slot_of) for v in value]
+        return [_template(v, slot_of, sizes) for v in value]
+    if sizes is not None and is_symbolic(value):
+        return _Slot(sizes(value))
     return value
 
 
@@ -75,18 +99,22 @@ class Program:
 
     def __init__(self, plan: FusionPlan, device: torch.device | None = None,
                  target: str = "torch", mutated: list[tuple[int, int]] = (),
-                 static: bool = False):
+                 static: bool = False, symbols: list | None = None):
         """`mutated`: (graph output, parameter) pairs where the output is the parameter's
         new value (AOTAutograd's mutated inputs); kernels may write those in place.
         `static`: every call passes inputs of the sizes and strides of the first (Dynamo
         guards them for a graph of static sizes), so each kernel's syms and in-place
-        choices are worked out once (runtime/launch.py)."""
+        choices are worked out once (runtime/launch.py).
+        `symbols`: the size symbols of a graph of symbolic sizes (frontend/dynamic.py),
+        whose values every call passes; the program computes every size from them. Its
+        `guards` are those its kernels were lowered under."""
         self.plan = plan
         self.target = target
         graph = plan.graph
         self.device = device or torch.device("cpu")
         slot_of = {n.name: i for i, n in enumerate(graph.nodes)}
         self.num_slots = len(graph.nodes)
+        sizes = SizeSlots(self.num_slots) if symbols is not None else None
         self.param_slots = [slot_of[n.name] for n in graph.params]
         # constants are materialised once, on the program's device
         self.constants = [(slot_of[n.name], n.kwarg("value").value.to(self.device))
@@ -107,7 +135,8 @@ class Program:
         from ..fusion import CODEGEN_TARGETS
         self.fallback_reasons: list[str] = fallback_reasons(plan, target)
         try:
-            kernels = compile_kernels(plan, target, slot_of, self.device, list(mutated))
+            kernels = compile_kernels(plan, target, slot_of, self.device, list(mutated),
+                                      sizes)
         except KernelBuildError as e:
             if config.strict():
                 raise
@@ -140,8 +169,8 @@ class Program:
                     kwargs = {}
                 else:
                     fn = _RESHAPING.get(node.op) or resolve_overload(node.op)
-                    args = [_template(a, slot_of) for a in node.args]
-                    kwargs = {k: _template(v, slot_of) for k, v in node.kwargs}
+                    args = [_template(a, slot_of, sizes) for a in node.args]
+                    kwargs = {k: _template(v, slot_of, sizes) for k, v in node.kwargs}
                 ops.append((slot_of[name], fn, args, kwargs, dead_after.get(name, ())))
             steps.append((unbuilt if g.kind == KERNEL else g.kind, ops))
         self.steps = steps
@@ -158,8 +187,13 @@ class Program:
         torch_run = {slot for kind, ops in steps if kind != "generated" for slot, *_ in ops}
         self._declared = {s: e for s, e in self._declared.items() if s in torch_run}
         self._conformed = False
-        self.outputs = [_Slot(slot_of[o.name]) if isinstance(o, Ref) else o
-                        for o in graph.outputs]
+        self.outputs = [_Slot(slot_of[o.name]) if isinstance(o, Ref) else
+                        _template(o, slot_of, sizes) for o in graph.outputs]
+        self.guards = frozenset().union(*(k.kernel.guards for k in kernels.values()))
+        self._sizes = None
+        if sizes is not None:
+            from ..ir.symbolic import compile_values
+            self._sizes = compile_values(symbols, sizes.exprs)
         # every output a value (the usual case): picked in C, not by _fill per output
         self._pick_outputs = itemgetter(*(o.index for o in self.outputs)) \
             if len(self.outputs) > 1 and all(isinstance(o, _Slot) for o in self.outputs) \
@@ -195,12 +229,17 @@ class Program:
         assert all(n.op != PARAMETER for n in graph.nodes[len(self.param_slots):]), \
             "parameters must lead the graph"
 
-    def __call__(self, inputs: list[torch.Tensor]) -> list[Any]:
-        # a pool of this call's dead values, gone when it returns (recycle.py)
-        return self._run(inputs, _recycle.Pool() if self.recycled else None)
+    def __call__(self, inputs: list[torch.Tensor], symbols: tuple = ()) -> list[Any]:
+        """Run the plan on `inputs` (the graph's tensor inputs); `symbols`: the size
+        symbols' values (a program of a graph of symbolic sizes). Dead values of this
+        call go to a pool that is gone when it returns (recycle.py)."""
+        return self._run(inputs, _recycle.Pool() if self.recycled else None, symbols)
 
-    def _run(self, inputs: list[torch.Tensor], pool: dict | None) -> list[Any]:
+    def _run(self, inputs: list[torch.Tensor], pool: dict | None,
+             symbols: tuple = ()) -> list[Any]:
         values: list[Any] = [None] * self.num_slots
+        if self._sizes is not None:
+            values.extend(self._sizes(*symbols))
         for slot, t in zip(self.param_slots, inputs):
             values[slot] = t
         for slot, t in self.constants:
@@ -360,11 +399,13 @@ def fallback_reasons(plan: FusionPlan, target: str) -> list[str]:
 
 
 def compile_kernels(plan: FusionPlan, target: str, slot_of: dict[str, int],
-                    device: torch.device, mutated: list[tuple[int, int]] = ()) -> dict:
+                    device: torch.device, mutated: list[tuple[int, int]] = (),
+                    sizes: SizeSlots | None = None) -> dict:
     """Generated kernels of the plan's kernel groups, by group id (empty for torch).
 
     `mutated` (graph output, parameter) pairs: kernels that may store those outputs into
-    the parameters' memory are told so before they are compiled (runtime/inplace.py)."""
+    the parameters' memory are told so before they are compiled (runtime/inplace.py).
+    `sizes`: the slots of a symbolic program's sizes (SizeSlots)."""
     from ..fusion import CODEGEN_TARGETS
     if target not in CODEGEN_TARGETS:
         return {}
@@ -389,7 +430,7 @@ def compile_kernels(plan: FusionPlan, target: str, slot_of: dict[str, int],
         from ..codegen.triton import TritonKernel
         runs = [TritonKernel(k, interpret=(target == "interpret")) for _, k in lowered]
     arity = {n.name: len(n.type.elements) for n in graph.nodes if isinstance(n.type, TupleType)}
-    steps = {g.id: KernelStep(k, run, slot_of, arity, device)
+    steps = {g.id: KernelStep(k, run, slot_of, arity, device, sizes)
              for (g, k), run in zip(lowered, runs)}
     param_slots = [slot_of[n.name] for n in graph.params]
     for gid, pairs in writes.items():

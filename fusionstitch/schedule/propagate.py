@@ -154,7 +154,10 @@ def batch_programs(batch: int, kept_shapes) -> int:
     with the programs' entries. A softmax over the heads of [batch * heads] scores takes
     whole batches per program (the 2019 paper's layout constraint: a block reads back only
     what it computed itself)."""
-    for count in range(batch, 0, -1):
+    if all(_split(k, batch) for k in kept_shapes):
+        return batch     # a symbolic batch stays symbolic (ir/symbolic.py)
+    # (a symbolic batch is fixed at its hint by the search: int() records that guard)
+    for count in range(int(batch) - 1, 0, -1):
         if batch % count == 0 and all(_split(k, count) for k in kept_shapes):
             return count
     return 1

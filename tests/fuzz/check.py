@@ -9,9 +9,14 @@ A compiled result is right when (per output, gradient and mutated input):
   we may round once where eager rounds per op, and that must not count against us.
 - when eager raises, the compiled program raises too; when eager does not, it does not.
 
+With `dynamic=True` (`--dynamic`) the program is compiled with `dynamic=True` (one
+symbolic program, frontend/dynamic.py) and checked at its own sizes and again at
+`resized` ones (every dim of 2 or more grown, equal dims alike); a program whose body
+spells sizes that no longer fit (eager raises at the new sizes) is checked at its own.
+
 Run as a script, it checks one program given as the JSON line a failure prints:
 
-    python tests/fuzz/check.py '<json>' [--target cpu|interpret]
+    python tests/fuzz/check.py '<json>' [--target cpu|interpret] [--dynamic]
 """
 from __future__ import annotations
 
@@ -145,21 +150,39 @@ def compare(prog: Program, got: Outcome, eager: Outcome, ref: Outcome | None) ->
     return None
 
 
-def check(prog: Program, target: str = "cpu") -> str | None:
+def resized(prog: Program) -> Program:
+    """`prog` with inputs of other sizes: each distinct dim of 2 or more grows by a
+    distinct amount (equal dims stay equal, so broadcasting is kept; 0 and 1 stay)."""
+    from dataclasses import replace
+    dims = sorted({d for i in prog.inputs for d in i.shape if d >= 2})
+    grown = {d: d + 1 + k for k, d in enumerate(dims)}
+    return replace(prog, inputs=[replace(i, shape=tuple(grown.get(d, d) for d in i.shape))
+                                 for i in prog.inputs])
+
+
+def check(prog: Program, target: str = "cpu", dynamic: bool = False) -> str | None:
     """Run `prog` three ways; the reason the compiled run is wrong, or None."""
     import fusionstitch
-    inputs = make_inputs(prog)
     fn = function(prog)
-    eager = run(prog, fn, inputs)
-    ref = run(prog, fn, inputs, float64=True)
     torch._dynamo.reset()
-    compiled = torch.compile(fn, backend=fusionstitch.backend(target=target), dynamic=False)
-    got = run(prog, compiled, inputs)
-    return compare(prog, got, eager, ref)
+    compiled = torch.compile(fn, backend=fusionstitch.backend(target=target), dynamic=dynamic)
+    for k, p in enumerate((prog, resized(prog)) if dynamic else (prog,)):
+        inputs = make_inputs(p)
+        eager = run(p, fn, inputs)
+        if k and eager.error is not None:   # sizes spelled in the body: not resizable
+            break
+        ref = run(p, fn, inputs, float64=True)
+        got = run(p, compiled, inputs)
+        why = compare(p, got, eager, ref)
+        if why is not None:
+            sizes = [list(i.shape) for i in p.inputs]
+            return f"{why} (inputs of sizes {sizes})" if k else why
+    return None
 
 
-def repro_line(prog: Program, target: str) -> str:
-    return f"python tests/fuzz/check.py '{prog.to_json()}' --target {target}"
+def repro_line(prog: Program, target: str, dynamic: bool = False) -> str:
+    return (f"python tests/fuzz/check.py '{prog.to_json()}' --target {target}"
+            + (" --dynamic" if dynamic else ""))
 
 
 def main(argv: list[str]) -> int:
@@ -167,11 +190,13 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("program", help="the JSON line a failure printed")
     p.add_argument("--target", default="cpu")
+    p.add_argument("--dynamic", action="store_true",
+                   help="compile with dynamic=True and check at two sizes")
     a = p.parse_args(argv)
     os.environ.setdefault("FUSIONSTITCH_STRICT", "1")
     prog = Program.from_json(a.program)
     print(prog.source())
-    why = check(prog, a.target)
+    why = check(prog, a.target, a.dynamic)
     print("OK" if why is None else f"MISMATCH: {why}")
     return 0 if why is None else 1
 

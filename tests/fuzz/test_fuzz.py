@@ -41,9 +41,9 @@ def _fuzz(count: int):
                     suppress_health_check=list(HealthCheck))
 
 
-def _assert_ok(prog: Program, target: str) -> None:
-    why = check(prog, target)
-    assert why is None, f"{why}\nrepro: {repro_line(prog, target)}\n{prog.source()}"
+def _assert_ok(prog: Program, target: str, dynamic: bool = False) -> None:
+    why = check(prog, target, dynamic)
+    assert why is None, f"{why}\nrepro: {repro_line(prog, target, dynamic)}\n{prog.source()}"
 
 
 @pytest.mark.parametrize("index", range(len(REGRESSIONS)))
@@ -69,3 +69,11 @@ def test_training_programs(prog):
 def test_interpret_programs(prog):
     """The Triton kernels, through Triton's interpreter (slow: few and small)."""
     _assert_ok(prog, "interpret")
+
+
+@_fuzz(30)
+@given(prog=programs(max_ops=8))
+def test_dynamic_programs(prog):
+    """Compiled with dynamic=True: one symbolic program, right at the program's sizes and
+    at grown ones (check.resized)."""
+    _assert_ok(prog, "cpu", dynamic=True)
