@@ -29,7 +29,8 @@ How the loops are laid out (all of it follows from the IR, nothing is size-speci
   `if (<those strides hold at launch>) { simple version } else { general version }`.
   So contiguous inputs read `in0[x]` instead of a division and a modulo per
   dimension, and reduction loops over r read unit strides and vectorise.
-* Flat components whose x is unravelled over sizes S (S[-1] expected >= MIN_ROW)
+* Flat components whose x is unravelled over sizes S (S[-1] expected >= MIN_ROW, or
+  MIN_COSTLY_ROW when the loop calls a math function)
   loop over `x = xo * S[-1] + xi`: the last digit of x is `xi` itself and the others
   digits of xo, so broadcast operands (`in1[xi]`) cost no division, and the inner
   loop is `#pragma omp simd`; the parallel loop runs over blocks of at most
@@ -151,9 +152,18 @@ from .rowbuf import RowPlan
 # below this much work (x iterations, or x*r for reductions) a component runs serially
 PARALLEL_GRAIN = 32768
 # a flat loop split in rows runs blocks of at most this many elements of a row; it is
-# split only when rows are expected to have at least MIN_ROW elements
+# split only when rows are expected to have at least MIN_ROW elements, or MIN_COSTLY_ROW
+# when the loop calls a math function (COSTLY_OPS): unsplit, a broadcast operand's index
+# costs an int64 division or modulo per element, which no x86 SIMD unit has, so the loop
+# and its exp, tanh or sin run scalar: tanh(x + w[4]) over [8, 8192, 4] took 8.5-12.5 ms
+# unsplit against 1.1-1.3 ms in rows of 4 (one thread, 2026-11; Inductor 2.6 ms). A cheap
+# body gains nothing from rows that short (x + w[4]: 0.7 ms unsplit, 0.5-1.2 in rows)
 ROW_BLOCK = 4096
 MIN_ROW = 16
+MIN_COSTLY_ROW = 2
+COSTLY_OPS = frozenset(("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan",
+                        "tanh", "erf", "sigmoid", "pow", "atan", "atan2", "asin", "acos",
+                        "sinh", "cosh", "asinh", "acosh", "atanh", "erfinv", "lgamma"))
 
 def _is_float(dtype: str) -> bool:
     return dtype in FLOATS
@@ -478,8 +488,10 @@ class _Printer(ReduceLoops):
         self.emit(depth, f"#pragma omp parallel for schedule(static) "
                          f"if(parallel: xnumel >= {PARALLEL_GRAIN})")
         self.emit(depth, "for (int64_t xblock = 0; xblock < xouter * xblocks; ++xblock) {")
-        self.emit(depth + 1, "const int64_t xo = xblock / xblocks;")
-        self.emit(depth + 1, f"const int64_t xi_begin = (xblock % xblocks) * {ROW_BLOCK};")
+        # rows are mostly shorter than a block: no division per (short) row then
+        self.emit(depth + 1, "const int64_t xo = xblocks == 1 ? xblock : xblock / xblocks;")
+        self.emit(depth + 1, f"const int64_t xi_begin = xblocks == 1 ? 0 : "
+                             f"(xblock % xblocks) * {ROW_BLOCK};")
         self.emit(depth + 1, f"int64_t xi_end = xi_begin + {ROW_BLOCK} < xinner ? "
                              f"xi_begin + {ROW_BLOCK} : xinner;")
         self.emit(depth + 1, "if (xi_end > xnumel - xo * xinner) xi_end = xnumel - xo * xinner;")
@@ -525,9 +537,11 @@ class _Printer(ReduceLoops):
                     if self.fast and not isinstance(s, Index) else s.index
                 for sizes in digit_sizes(e, var):
                     count[sizes] = count.get(sizes, 0) + 1
+        costly = any(isinstance(s, Op) and s.op in COSTLY_OPS for s in body)
+        least = MIN_COSTLY_ROW if costly else MIN_ROW
         for sizes in sorted(count, key=count.get, reverse=True):
             last = lowering_value(sizes[-1], self.expected)
-            if len(sizes) >= 2 and (last is None or last >= MIN_ROW):
+            if len(sizes) >= 2 and (last is None or last >= least):
                 return sizes
         return None
 
