@@ -52,7 +52,7 @@ def test_regression(index):
     _assert_ok(Program.from_json(line), target)
 
 
-@_fuzz(120)
+@_fuzz(200)
 @given(prog=programs(train=False))
 def test_inference_programs(prog):
     _assert_ok(prog, "cpu")
