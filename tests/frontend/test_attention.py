@@ -21,13 +21,7 @@ from fusionstitch.ir.graph import Ref
 RTOL = 1e-4
 
 
-@pytest.fixture(autouse=True)
-def _strict(monkeypatch):
-    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
-    torch._dynamo.reset()
-    fusionstitch.reset_stats()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("strict_fresh")   # tests/conftest.py
 
 
 def _qkv(b, hq, hk, lq, lk, e, seed=0):

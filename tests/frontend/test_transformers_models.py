@@ -28,13 +28,7 @@ fusionstitch = pytest.importorskip("fusionstitch")
 from bench import models as M  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _strict(monkeypatch):
-    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
-    torch._dynamo.reset()
-    fusionstitch.reset_stats()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("strict_fresh")   # tests/conftest.py
 
 
 @pytest.mark.parametrize("name", ["gpt2_infer", "bert_infer"])

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 _ROOT = str(Path(__file__).resolve().parents[2])
 if _ROOT not in sys.path:
@@ -19,19 +18,12 @@ if _ROOT not in sys.path:
 
 pytest.importorskip("transformers")
 pytest.importorskip("triton")
-import fusionstitch  # noqa: E402
 from model_judge import check_model  # noqa: E402
 
 TINY = dict(batch=2, seq=4, hidden=16, heads=2, layers=1, image=16)
 
 
-@pytest.fixture(autouse=True)
-def _strict(monkeypatch):
-    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
-    torch._dynamo.reset()
-    fusionstitch.reset_stats()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("strict_fresh")   # tests/conftest.py
 
 
 @pytest.mark.parametrize("name", ["llama_train", "bert_infer", "convnext_train",

@@ -12,14 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 _ROOT = str(Path(__file__).resolve().parents[2])
 if _ROOT not in sys.path:   # `bench` is a top-level folder, not part of the package
     sys.path.insert(0, _ROOT)
 
 transformers = pytest.importorskip("transformers")
-import fusionstitch  # noqa: E402
 from bench import models as M  # noqa: E402
 from model_judge import SIZE, check_model, selected  # noqa: E402
 
@@ -27,13 +25,7 @@ TEXT = ("gpt2", "llama", "mistral", "qwen2", "gemma", "opt", "bert", "roberta", 
         "albert", "electra", "t5", "bart", "whisper")
 
 
-@pytest.fixture(autouse=True)
-def _strict(monkeypatch):
-    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
-    torch._dynamo.reset()
-    fusionstitch.reset_stats()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("strict_fresh")   # tests/conftest.py
 
 
 @pytest.mark.parametrize("name", selected(TEXT))
