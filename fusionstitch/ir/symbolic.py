@@ -101,12 +101,7 @@ class Dim(int):
         if st and st[-1] is None:
             return value
         ea, eb = expr_of(a), expr_of(b)
-        key = (sym, ea, eb)
-        e = _ARITH.get(key)
-        if e is None:
-            if len(_ARITH) > 100_000:
-                _ARITH.clear()
-            e = _ARITH[key] = sympy.sympify(sym(ea, eb))
+        e = _memo(_ARITH, (sym, ea, eb), lambda: sympy.sympify(sym(ea, eb)))
         return value if e.is_number else Dim(value, e)
 
     def __add__(self, o):
@@ -307,6 +302,18 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
 
 # (operation, expr, expr) -> the result's expression: sympy's arithmetic costs ~10 us a call
 _ARITH: dict[tuple, Any] = {}
+_MEMO_LIMIT = 100_000  # entries; a memo past it starts again (programs are few, sizes many)
+
+
+def _memo(table: dict, key: tuple, make):
+    """`table[key]`, made by `make()` on a miss; the table is emptied when it outgrows
+    _MEMO_LIMIT, so long-running processes with many shapes stay bounded."""
+    value = table.get(key)
+    if value is None:
+        if len(table) > _MEMO_LIMIT:
+            table.clear()
+        value = table[key] = make()
+    return value
 
 
 def product(dims) -> int:
@@ -321,10 +328,7 @@ def product(dims) -> int:
             exprs.append(sympy.Integer(_as_int(d)))
     if not any(isinstance(d, Dim) for d in dims):
         return value
-    key = ("product",) + tuple(exprs)
-    e = _ARITH.get(key)
-    if e is None:
-        e = _ARITH[key] = sympy.Mul(*exprs)
+    e = _memo(_ARITH, ("product",) + tuple(exprs), lambda: sympy.Mul(*exprs))
     return value if e.is_number else Dim(value, e)
 
 
@@ -446,14 +450,7 @@ def decide(op: str, a: int, b: int) -> bool:
     if st and st[-1] is None:
         return result
     ea, eb = expr_of(a), expr_of(b)
-    key = (op, ea, eb)
-    entry = _DECIDED.get(key)
-    if entry is None:
-        if len(_DECIDED) > 100_000:
-            _DECIDED.clear()
-        static = _static(op, ea - eb)
-        entry = _DECIDED[key] = (static, None, None) if static is not None else (
-            None, _RELATION[op](ea, eb), _RELATION[_NEGATION[op]](ea, eb))
+    entry = _memo(_DECIDED, (op, ea, eb), lambda: _decision(op, ea, eb))
     static = entry[0]
     if static is not None:
         # (they differ only for sizes of two graphs whose symbols share names but not
@@ -463,6 +460,14 @@ def decide(op: str, a: int, b: int) -> bool:
     if st:
         record(entry[1] if result else entry[2])
     return result
+
+
+def _decision(op: str, ea, eb) -> tuple:
+    """(True / False for every size or None, the relation when it holds, when not)."""
+    static = _static(op, ea - eb)
+    if static is not None:
+        return (static, None, None)
+    return (None, _RELATION[op](ea, eb), _RELATION[_NEGATION[op]](ea, eb))
 
 
 def _static(op: str, diff) -> bool | None:
