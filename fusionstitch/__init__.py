@@ -5,11 +5,11 @@
     rep = fusionstitch.explain(fn, *args, strategy="stitch")
     fusionstitch.stats(); fusionstitch.reset_stats()
 """
+from .config import __version__
 from .frontend.torch import backend, register as _register
 from .report.explain import Report, explain
 from .runtime.counters import reset_stats, stats
 
-__version__ = "0.1.0"
 __all__ = ["backend", "explain", "Report", "stats", "reset_stats", "__version__"]
 
 _register()

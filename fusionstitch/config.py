@@ -4,6 +4,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+# the package version (fusionstitch.__version__), here so that lower layers read it
+__version__ = "0.1.0"
+
 STRATEGIES = ("none", "xla", "stitch")
 TARGETS = ("auto", "cuda", "cpu", "interpret")
 

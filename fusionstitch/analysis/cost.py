@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..fusion.plan import FREE, FusionPlan
 from ..ir.graph import Graph, TensorType, TupleType
+from ..ir.ops import FREE
 
 
 def _bytes(t: TensorType | TupleType) -> int:
@@ -26,8 +26,9 @@ def group_bytes(graph: Graph, nodes: tuple[str, ...]) -> int:
     return sum(_bytes(graph[i].type) for i in read) + sum(_bytes(graph[n].type) for n in written)
 
 
-def plan_bytes(plan: FusionPlan) -> int:
-    """Modelled bytes moved by every kernel and library call of the plan."""
+def plan_bytes(plan) -> int:
+    """Modelled bytes moved by every kernel and library call of a fusion.plan.FusionPlan
+    (typed by duck: the cost model sits below the planners)."""
     return sum(group_bytes(plan.graph, g.nodes) for g in plan.groups if g.kind != FREE)
 
 

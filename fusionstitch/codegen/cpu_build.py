@@ -26,7 +26,8 @@ from pathlib import Path
 import torch
 
 from ..runtime import counters
-from ..runtime.cache import cache_dir, digest, seal, unseal, write_atomic
+from ..runtime.cache import (cache_dir, digest, register_memory_cache, seal, unseal,
+                             write_atomic)
 
 log = logging.getLogger("fusionstitch.codegen")
 
@@ -238,3 +239,6 @@ def clear_memory_cache() -> None:
     """Forget the libraries loaded by this process (tests; the disk cache stays)."""
     with _LOCK:
         _LOADED.clear()
+
+
+register_memory_cache(clear_memory_cache)

@@ -27,8 +27,10 @@ from dataclasses import dataclass, field, replace
 from ..config import elide_half_casts
 from ..ir.graph import CONSTANT, PARAMETER, Graph, TensorType, TupleType
 from ..ir.symbolic import FloatDim, is_symbolic, make, recording
-from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, _numel, components,
-                                  component_space, escaping_values)
+from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, component_space,
+                                  components, escaping_values)
+from ..schedule.propagate import type_numel as _numel
+from ..runtime.cache import register_memory_cache
 from . import expr as E
 from .kernel import (DTYPES, Buffer, Component, Constant, Index, Kernel, Load, Loop, Op,
                      Reduce, Store)
@@ -588,6 +590,7 @@ def _natural(name: str):
 
 
 _CACHE: dict[tuple, tuple] = {}
+register_memory_cache(_CACHE.clear)
 _CACHE_MAX = 50_000
 
 

@@ -49,7 +49,7 @@ import torch
 
 from ..ir.graph import DTYPES
 from ..runtime import counters as _stats
-from ..runtime.cache import cache_dir, digest, write_atomic
+from ..runtime.cache import cache_dir, digest, register_memory_cache, write_atomic
 from . import expr as E
 from .kernel import (COMPARISONS, Component, Constant, Dot, Index, Kernel, Load, Op, Reduce,
                      Store, _value, identity)
@@ -467,6 +467,7 @@ def triton_source(kernel: Kernel, interpret: bool = False) -> tuple[str, str]:
 
 
 _LOADED: dict[str, Callable] = {}
+register_memory_cache(_LOADED.clear)
 log = logging.getLogger("fusionstitch.codegen")
 
 

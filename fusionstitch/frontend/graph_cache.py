@@ -17,7 +17,7 @@ inputs change AOTAutograd's graph). The key is a digest of Dynamo's generated co
 (`gm.code`: the same text in every process), each input's shape, strides, offset,
 dtype, device and requires_grad, the grad mode, default dtype and deterministic
 flag, AOTAutograd's config, the backend options, the versions and fusionstitch's
-source stamp (`plan_cache._code_stamp`: our decompositions are code), and `FORMAT`.
+source stamp (`plan_cache.code_stamp`: our decompositions are code), and `FORMAT`.
 
 `store` (AOTAutograd's inference-compiler callback, on a miss) keeps the graph only
 when its metadata (`fw_metadata`) gives the simple runtime layout: every user output
@@ -57,7 +57,7 @@ import torch.fx
 
 from ..config import graph_cache_enabled
 from ..runtime import counters
-from ..runtime.cache import cache_dir, digest, write_atomic
+from ..runtime.cache import cache_dir, digest, register_memory_cache, write_atomic
 
 log = logging.getLogger("fusionstitch.frontend")
 
@@ -161,12 +161,12 @@ def key(gm: torch.fx.GraphModule, example_inputs: list, options, execute: bool =
     if why is not None:
         log.debug("graph cache: not cached: %s", why)
         return None
-    from ..fusion.plan_cache import _code_stamp, _versions
+    from ..fusion.plan_cache import code_stamp, versions
     inputs = [(tuple(t.shape), t.stride(), t.storage_offset(), str(t.dtype), str(t.device),
                t.requires_grad) for t in example_inputs]
     state = (f"grad {torch.is_grad_enabled()}, default {torch.get_default_dtype()}, "
              f"deterministic {torch.are_deterministic_algorithms_enabled()}")
-    return digest(f"graph-cache {FORMAT}", _versions(), _code_stamp(), repr(options), state,
+    return digest(f"graph-cache {FORMAT}", versions(), code_stamp(), repr(options), state,
                   _functorch_config(), repr(inputs), gm.code)
 
 
@@ -461,3 +461,6 @@ def _runner(compiled: Callable, pairs: list[tuple[int, int]], skip: int) -> Call
 def clear_memory_cache() -> None:
     """Forget the graphs of this process (the disk cache stays)."""
     _MEMORY.clear()
+
+
+register_memory_cache(clear_memory_cache)

@@ -59,7 +59,7 @@ def _versions() -> str:
     checks Python's, torch's and Triton's for its own part). Our sources may differ:
     the carried graph is AOTAutograd's trace of the function, correct whatever planned
     it, and plans and kernels come from caches stamped with our sources."""
-    from ..fusion.plan_cache import _versions as versions
+    from ..fusion.plan_cache import versions
     return versions()
 
 

@@ -33,10 +33,12 @@ CODEGEN_TARGETS = ("cuda", "interpret", "cpu")
 _REGISTERED = dict(PLANNERS)
 
 
-def make_plan(graph: Graph, strategy: str, target: str) -> FusionPlan:
+def make_plan(graph: Graph, strategy: str, target: str, use_cache: bool = True) -> FusionPlan:
     """The plan that runs: the strategy's plan, then code-generation legality (targets
     that generate kernels). Loaded from the plan cache when this graph was planned before
-    (stage `plan_cache`), else planned and stored there."""
+    (stage `plan_cache`), else planned and stored there (`use_cache=False`: neither).
+    A plan made here carries its planning run's decisions (`plan.trace`, trace.py); a
+    plan from the cache carries none."""
     from . import plan_cache
     planner = PLANNERS.get(strategy)
     if planner is None:
@@ -46,7 +48,7 @@ def make_plan(graph: Graph, strategy: str, target: str) -> FusionPlan:
                         strategy)
         planner = PLANNERS["none"]
     key = None
-    if plan_cache.enabled() and planner is _REGISTERED.get(strategy, _REGISTERED["none"]):
+    if use_cache and plan_cache.enabled() and planner is _REGISTERED.get(strategy, _REGISTERED["none"]):
         start = time.perf_counter()
         key = plan_cache.plan_key(graph, strategy, target)
         cached = plan_cache.load(graph, key)
@@ -54,6 +56,11 @@ def make_plan(graph: Graph, strategy: str, target: str) -> FusionPlan:
             return cached.with_stages({plan_cache.HIT_STAGE: time.perf_counter() - start})
         lookup = time.perf_counter() - start
     plan = planner(graph, target)
+    if plan.trace is None:
+        from dataclasses import replace
+
+        from .trace import PlanTrace
+        plan = replace(plan, trace=PlanTrace(plan.strategy, target))
     if target in CODEGEN_TARGETS:
         from .codegen_legal import legalize
         start = time.perf_counter()

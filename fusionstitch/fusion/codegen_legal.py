@@ -32,6 +32,7 @@ def _lower(graph, nodes, target: str) -> None:
 
 def legalize(plan: FusionPlan, target: str) -> FusionPlan:
     graph = plan.graph
+    trace = plan.trace
     out: list[Group] = []
     changed = False
 
@@ -51,6 +52,10 @@ def legalize(plan: FusionPlan, target: str) -> FusionPlan:
             reason = str(e)
         if len(g.nodes) > 1:
             log.info("group #%d (%d ops) is split into its ops: %s", g.id, len(g.nodes), reason)
+            if trace is not None:
+                trace.record("legalize", g.nodes, f"the {target} code generator cannot "
+                             f"generate the planned group #{g.id} ({len(g.nodes)} ops), so it "
+                             f"was split into its ops: {reason}")
         for n in g.nodes:
             kind = node_kind(graph[n])
             if kind == KERNEL and len(g.nodes) > 1:
@@ -63,6 +68,9 @@ def legalize(plan: FusionPlan, target: str) -> FusionPlan:
                 kind = LIBRARY
             if kind == LIBRARY and node_kind(graph[n]) == KERNEL:
                 log.info("%%%s (%s) runs through torch: %s", n, graph[n].op, reason)
+                if trace is not None:
+                    trace.record("legalize", (n,), f"%{n} ({graph[n].op}) runs through torch: "
+                                 f"the {target} code generator cannot generate it: {reason}")
             add((n,), kind, "single")
     if not changed:
         return plan

@@ -79,6 +79,13 @@ def merge_kernels(graph, groups: list[frozenset], leg, score, device) -> list[fr
     nbytes = {u: group_bytes(graph, tuple(units[u])) for u in ks}
     alive = set(ks)
     checks, merged_any = 0, False
+    trace = getattr(leg, "trace", None)
+
+    def declined(union, reason):
+        if trace is not None:
+            trace.record("merge", union, f"merging the two kernel groups after the ILP was "
+                         f"declined: {reason}")
+
     for i, u in enumerate(ks):
         if u not in alive:
             continue
@@ -90,17 +97,23 @@ def merge_kernels(graph, groups: list[frozenset], leg, score, device) -> list[fr
             tried += 1
             pair = (1 << u) | (1 << v)
             # merging is acyclic unless a third unit lies on a path between the two
-            if ((reach[u] & coreach[v]) | (reach[v] & coreach[u])) & ~pair:
-                continue
             union = units[u] | units[v]
+            if ((reach[u] & coreach[v]) | (reach[v] & coreach[u])) & ~pair:
+                declined(union, "a path between them runs through a third group (a cycle)")
+                continue
             if len(union) > PACK_MAX_OPS or nbytes[u] + nbytes[v] > PACK_MAX_BYTES:
+                declined(union, f"together over the footprint limit ({PACK_MAX_OPS} ops, "
+                         f"{PACK_MAX_BYTES} bytes)")
                 continue
             together = score(graph, union, device)
             gain = together - value[u] - value[v]
             if gain <= 0:
+                declined(union, f"the cost model says one kernel is not faster ({gain:.3g} s)")
                 continue
             checks += 1
-            if not leg.check(union):
+            d = leg.check(union)
+            if not d:
+                declined(union, d.reason)
                 continue
             log.debug("stitch: merging kernel groups of %d and %d ops (saves %.2g s)",
                       len(units[u]), len(units[v]), gain)

@@ -66,8 +66,9 @@ class Legality:
 
     def __init__(self, graph: Graph, batched_gemms: bool = True, lowerable: bool = False,
                  max_recompute: float | None = None, row_buffers: bool = False,
-                 staged_bytes: int = 0):
+                 staged_bytes: int = 0, trace=None):
         self.graph = graph
+        self.trace = trace                  # a trace.PlanTrace: rejections are recorded
         self.staged_bytes = staged_bytes    # legality.check_group's staged-kernel bound
         self.max_recompute = max_recompute
         self.row_buffers = row_buffers      # the target keeps rows across loops (cpu)
@@ -77,8 +78,15 @@ class Legality:
         self.reach = Reachability(graph)
         self.batched_gemms = batched_gemms
         self.memo: dict[frozenset, Decision] = {}
-        self.fusible = {n.name for n in graph.nodes
-                        if not is_input(n) and fusible(graph, n, batched_gemms=batched_gemms)}
+        self.fusible = set()
+        for n in graph.nodes:
+            if is_input(n):
+                continue
+            d = fusible(graph, n, batched_gemms=batched_gemms)
+            if d:
+                self.fusible.add(n.name)
+            elif trace is not None:
+                trace.op(n.name, d.reason)
 
     def check(self, names) -> Decision:
         key = frozenset(names)
@@ -93,6 +101,8 @@ class Legality:
                 if d and self.lowerable and len(key) > 1:
                     d = self._lowers(key)
             self.memo[key] = d
+            if not d and self.trace is not None:
+                self.trace.rejected[key] = d.reason
             if not d and log.isEnabledFor(logging.DEBUG):
                 log.debug("rejected pattern of %d ops (%s): %s", len(key),
                           " ".join(sorted(key)[:6]), d.reason)
@@ -126,8 +136,8 @@ class Legality:
         if not self.max_recompute:
             return Decision.allow()
         from ..codegen.kernel import arithmetic_work
-        from ..schedule.propagate import _numel
-        own = sum(_numel(graph[n].type) for n in key
+        from ..schedule.propagate import type_numel
+        own = sum(type_numel(graph[n].type) for n in key
                   if lookup(graph[n].op).category not in _FREE_CATEGORIES)
         work = arithmetic_work(k, self.row_buffers)
         if work > self.max_recompute * max(own, 1):

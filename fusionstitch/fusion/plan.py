@@ -8,14 +8,15 @@ Parameters and constants belong to no group: they are inputs of the plan.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Node
-from ..ir.ops import Category, lookup
+from ..ir.ops import FREE, KERNEL, LIBRARY, Category, lookup
 from ..passes.simplify import RESHAPES
 from ..schedule.propagate import FUSIBLE_DOTS
 
-KERNEL, LIBRARY, FREE = "kernel", "library", "free"
+__all__ = ["KERNEL", "LIBRARY", "FREE", "FusionPlan", "Group", "node_kind", "plan_none",
+           "plan_from_groups"]
 
 
 
@@ -49,6 +50,8 @@ class FusionPlan:
     groups: tuple[Group, ...]
     strategy: str
     stages: tuple[tuple[str, float], ...] = ()   # planning seconds per stage
+    # the planning run's decisions (trace.PlanTrace); None for a plan from the plan cache
+    trace: object = field(default=None, compare=False, repr=False)
 
     def with_stages(self, stages: dict[str, float]) -> "FusionPlan":
         from dataclasses import replace
@@ -217,16 +220,24 @@ def detach_views(graph: Graph, names) -> frozenset:
     return frozenset(names)
 
 
-def plan_from_groups(graph: Graph, groups, strategy: str, compose=None) -> FusionPlan:
+def plan_from_groups(graph: Graph, groups, strategy: str, compose=None,
+                     trace=None) -> FusionPlan:
     """A FusionPlan from disjoint node sets; uncovered ops become singleton groups.
 
     Groups are put in dependency order (ties broken by their first node's
     position, so plans are deterministic). `compose(graph, names)` labels
     multi-op kernel groups (default: "fused"). Raises ValueError on a cycle.
     Views a group would store next to their source are taken after it instead
-    (`detach_views`).
+    (`detach_views`), recorded in `trace` (a PlanTrace) when given.
     """
-    groups = [detach_views(graph, g) for g in groups]
+    kept = [detach_views(graph, g) for g in groups]
+    if trace is not None:
+        for g, k in zip(groups, kept):
+            for n in sorted(set(g) - k):
+                trace.record("views", g, f"%{n} ({graph[n].op}) is a view taken out of the "
+                             f"kernel: it runs as a free view of its source, which the kernel "
+                             f"reads or stores, instead of being copied by the kernel", n)
+    groups = kept
     q = quotient(graph, groups)
     members, succ, position = q.units, q.succ, q.position
     # dependency order of groups (Kahn, smallest first position first)
@@ -264,4 +275,4 @@ def plan_from_groups(graph: Graph, groups, strategy: str, compose=None) -> Fusio
         if kind == KERNEL and len(names) > 1:
             comp = compose(graph, names) if compose else "fused"
         out.append(Group(len(out), names, kind, comp))
-    return FusionPlan(graph, tuple(out), strategy)
+    return FusionPlan(graph, tuple(out), strategy, trace=trace)

@@ -39,7 +39,7 @@ from ..config import plan_cache_enabled
 from ..ir.graph import Graph
 from ..ir.text import print_graph
 from ..runtime import counters
-from ..runtime.cache import cache_dir, digest, write_atomic
+from ..runtime.cache import cache_dir, digest, register_memory_cache, write_atomic
 from .plan import FREE, KERNEL, LIBRARY, FusionPlan, Group, is_input, node_kind
 
 log = logging.getLogger("fusionstitch.fusion")
@@ -59,7 +59,7 @@ def enabled() -> bool:
 
 
 @lru_cache(maxsize=1)
-def _code_stamp() -> str:
+def code_stamp() -> str:
     """A digest of this package's Python sources (what decides plans besides the graph)."""
     root = Path(__file__).resolve().parent.parent
     parts = []
@@ -69,10 +69,10 @@ def _code_stamp() -> str:
 
 
 @lru_cache(maxsize=1)
-def _versions() -> str:
+def versions() -> str:
     import torch
 
-    from .. import __version__
+    from ..config import __version__
     try:
         import scipy
         scipy_version = scipy.__version__
@@ -95,7 +95,7 @@ def graph_text(graph: Graph) -> str:
 
 
 def plan_key(graph: Graph, strategy: str, target: str) -> str:
-    return digest(f"plan-cache {FORMAT}", _versions(), _code_stamp(), strategy, target,
+    return digest(f"plan-cache {FORMAT}", versions(), code_stamp(), strategy, target,
                   graph_text(graph))
 
 
@@ -203,3 +203,6 @@ def store(plan: FusionPlan, target: str, key: str) -> None:
 def clear_memory_cache() -> None:
     """Forget the plans of this process (the disk cache stays)."""
     _MEMORY.clear()
+
+
+register_memory_cache(clear_memory_cache)

@@ -116,17 +116,25 @@ def _find_cycle(graph: Graph, groups: list[frozenset]) -> list[int] | None:
     return sorted(g for g in cycle if g < len(groups))
 
 
+def target_legality(graph: Graph, target: str, trace=None) -> Legality:
+    """The legality checks of the stitch planner for `target` (rejections recorded in
+    `trace`, a PlanTrace, when given)."""
+    from . import CODEGEN_TARGETS
+    from .patterns import MAX_RECOMPUTE, ROW_BUFFER_TARGETS
+    return Legality(graph, batched_gemms=gemms_fusible(target),
+                    lowerable=target in CODEGEN_TARGETS,
+                    max_recompute=MAX_RECOMPUTE.get(target),
+                    row_buffers=target in ROW_BUFFER_TARGETS,
+                    staged_bytes=staged_limit(target), trace=trace)
+
+
 def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
                 time_limit: float = ilp.DEFAULT_TIME_LIMIT_S) -> FusionPlan:
     stages: dict[str, float] = {}
     t = time.perf_counter()
-    from . import CODEGEN_TARGETS
-    from .patterns import MAX_RECOMPUTE, ROW_BUFFER_TARGETS
-    leg = Legality(graph, batched_gemms=gemms_fusible(target),
-                   lowerable=target in CODEGEN_TARGETS,
-                   max_recompute=MAX_RECOMPUTE.get(target),
-                   row_buffers=target in ROW_BUFFER_TARGETS,
-                   staged_bytes=staged_limit(target))
+    from .trace import PlanTrace, Verdict
+    trace = PlanTrace("stitch", target)
+    leg = target_legality(graph, target, trace)
     candidates = candidate_patterns(leg, packing=False)
     stages["candidates"] = time.perf_counter() - t
 
@@ -141,6 +149,10 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
     score = score_hook or model
     scored = [(p, score(graph, p, device)) for p in candidates]
     keep = [i for i, (p, s) in enumerate(scored) if s > 0 or p in baseline]
+    for p, s in scored:
+        trace.candidates[p] = None if s > 0 or p in baseline else Verdict(
+            "score", p, f"the cost model gives the candidate group holding both "
+            f"({len(p)} ops) no gain ({s:.3g} s saved)")
     patterns = [scored[i][0] for i in keep]
     scores = [max(scored[i][1], 1e-12) for i in keep]
     # never move more bytes than the baseline: its groups are candidates, so this holds
@@ -150,6 +162,7 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
 
     t = time.perf_counter()
     forbidden: list[frozenset] = []
+    dropped: set[int] = set()   # chosen, then dropped for a cycle when out of rounds
     chosen: list[int] = []
     method = "none"
     for _ in range(MAX_CYCLE_ROUNDS):
@@ -171,12 +184,30 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
             log.warning("stitch: cycles remain after %d ILP rounds; dropping patterns %s",
                         MAX_CYCLE_ROUNDS, sorted(bad))
             chosen = [c for c in chosen if c not in bad]
+            dropped.update(bad)
     stages["ilp"] = time.perf_counter() - t
+    taken = set(chosen)
+    in_cycle = {i for bad in forbidden for i in bad} | dropped
+    for i, p in enumerate(patterns):
+        if i in taken:
+            continue
+        if i in in_cycle:
+            trace.candidates[p] = Verdict(
+                "cycle", p, f"the candidate group holding both ({len(p)} ops) would close a "
+                f"cycle with other chosen groups (a path leaves it and re-enters); the ILP "
+                f"was told not to choose them together")
+        else:
+            trace.candidates[p] = Verdict(
+                "ilp", p, f"the ILP chose other, overlapping groups over the candidate "
+                f"holding both ({len(p)} ops, {scores[i]:.3g} s saved): a higher total score")
 
     t = time.perf_counter()
     groups = [patterns[i] for i in chosen]
     limit = fuel()
     if limit is not None:
+        for p in groups[limit:]:
+            trace.candidates[p] = Verdict("fuel", p, f"FUSIONSTITCH_FUEL={limit}: out of "
+                                          f"fuel before this fusion")
         groups = groups[:limit]
     else:
         groups = pack_layers(graph, groups, leg)
@@ -186,7 +217,7 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
         groups = merge_kernels(graph, groups, leg, model, device)
     stages["merging"] = time.perf_counter() - t
     t = time.perf_counter()
-    plan = plan_from_groups(graph, groups, "stitch", compose=composition)
+    plan = plan_from_groups(graph, groups, "stitch", compose=composition, trace=trace)
     stages["plan"] = time.perf_counter() - t
     log.info("stitch: %d candidates, %d scored > 0, %d chosen (%s, %d cycle constraints), "
              "%d kernels", len(candidates), len(patterns), len(chosen), method,

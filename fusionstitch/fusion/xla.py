@@ -85,12 +85,13 @@ HORIZONTAL_MAX_PARAMS = 4000 // 8
 
 def plan_xla(graph: Graph, target: str) -> FusionPlan:
     """Plan `graph` with XLA's GPU fusion passes (whose limits do not depend on `target`)."""
-    part = Partition(graph, fuel=_fuel())
+    from .trace import PlanTrace
+    part = Partition(graph, fuel=_fuel(), trace=PlanTrace("xla", target))
     instruction_fusion(part)   # vertical: each producer into the one kernel of all its users
     fusion_merger(part)        # producer kernels into their only consumer, if bytes don't grow
     multi_output_fusion(part)  # siblings share input reads; producers fold into a consumer
     horizontal_fusion(part)    # small independent kernels share one launch
-    return plan_from_groups(graph, part.groups(), "xla", compose=composition)
+    return plan_from_groups(graph, part.groups(), "xla", compose=composition, trace=part.trace)
 
 
 def _fuel() -> int | None:
@@ -103,8 +104,12 @@ def _numel(t: TensorType | TupleType) -> int:
         (e.numel for e in t.elements if e is not None), default=0)
 
 
-def _reject(pass_name: str, what, d: Decision) -> None:
-    """Log a rejected fusion and its reason; `what` is a string or a callable making one."""
+def _reject(part: "Partition", pass_name: str, nodes, what, d: Decision) -> None:
+    """Record a rejected fusion of `nodes` in the plan trace and log it with its reason;
+    `what` is a string or a callable making one."""
+    if part.trace is not None:
+        part.trace.record(f"xla:{pass_name}", nodes, f"xla's {pass_name.replace('_', ' ')} "
+                          f"declined: {d.reason}")
     if log.isEnabledFor(logging.DEBUG):
         log.debug("xla %s: %s not fused: %s", pass_name, what() if callable(what) else what,
                   d.reason)
@@ -114,8 +119,9 @@ class Partition:
     """Disjoint groups of a graph's ops (parameters and constants are in none). A group's
     id is one member's position; iteration is over lists or sorted ids: deterministic."""
 
-    def __init__(self, graph: Graph, fuel: int | None = None):
+    def __init__(self, graph: Graph, fuel: int | None = None, trace=None):
         self.graph = graph
+        self.trace = trace   # a trace.PlanTrace: rejections are recorded there
         self.reach = Reachability(graph)
         self.index = self.reach.index
         self.users = graph.users
@@ -241,7 +247,8 @@ def instruction_fusion(part: Partition) -> None:
     for gid in sorted(g for g, names in part.members.items() if len(names) > 1):
         d = part.legal(part.members[gid], fusible_known=True)  # joins checked each member
         if not d:
-            _reject("instruction_fusion", lambda: f"group of %{part.root_name(gid)}", d)
+            _reject(part, "instruction_fusion", part.members[gid],
+                    lambda: f"group of %{part.root_name(gid)}", d)
             names = sorted(part.split(gid), key=part.index.__getitem__)
             _join_producers(part, [graph[n] for n in names], checked=True)
 
@@ -271,7 +278,8 @@ def _join_producers(part: Partition, nodes, checked: bool) -> None:
                 if not checked:
                     io[survivor] = (reads, writes)
                 continue
-        _reject("instruction_fusion", lambda: f"%{name} ({node.op}) into its consumers", d)
+        _reject(part, "instruction_fusion", [name, *part.users[name]],
+                lambda: f"%{name} ({node.op}) into its consumers", d)
 
 
 def _operand_limit(reads: set[str], writes: int) -> Decision:
@@ -315,8 +323,8 @@ def fusion_merger(part: Partition) -> None:
         if d:
             part.merge(consumers[0], gid)
         else:
-            _reject("fusion_merger", lambda: f"group of %{part.root_name(gid)} into its "
-                    "consumer", d)
+            _reject(part, "fusion_merger", into + names,
+                    lambda: f"group of %{part.root_name(gid)} into its consumer", d)
 
 
 # --- 3. multi-output fusion -------------------------------------------------------------
@@ -445,7 +453,8 @@ def _fuse_siblings(part: Partition, order: GroupOrder, parent: str) -> None:
             else:
                 d = part.spend(part.legal(part.members[a] + part.members[b], True))
             if not d:
-                _reject("multi_output_fusion", lambda: f"siblings %{part.root_name(a)} and "
+                _reject(part, "multi_output_fusion", part.members[a] + part.members[b],
+                        lambda: f"siblings %{part.root_name(a)} and "
                         f"%{part.root_name(b)} (readers of %{parent})", d)
                 continue
             sibs[i] = order.merge(a, b)
@@ -472,7 +481,8 @@ def _fuse_producer_consumer(part: Partition, order: GroupOrder, producer: int) -
         if d:
             order.merge(producer, c)
             return
-        _reject("multi_output_fusion", lambda: f"producer %{part.root_name(producer)} into "
+        _reject(part, "multi_output_fusion", part.members[c] + part.members[producer],
+                lambda: f"producer %{part.root_name(producer)} into "
                 f"consumer %{part.root_name(c)}", d)
 
 
@@ -498,7 +508,8 @@ def horizontal_fusion(part: Partition) -> None:
         if d:
             ok.add(g)
         elif part.is_kernel(g):
-            _reject("horizontal_fusion", lambda: f"kernel of %{part.root_name(g)}", d)
+            _reject(part, "horizontal_fusion", part.members[g],
+                    lambda: f"kernel of %{part.root_name(g)}", d)
     consumers = [node.inputs for node in part.graph.nodes if not is_input(node)]
     consumers.append(tuple(r.name for r in part.graph.output_refs))  # the ROOT tuple
     for operands in consumers:
@@ -551,7 +562,8 @@ def _pack(part: Partition, batch: list[int]) -> None:
     d = part.spend(check_group(part.graph, [n for g in batch for n in part.members[g]],
                                _SpanLayerIsAcyclic()))
     if not d:
-        _reject("horizontal_fusion", f"{len(batch)} kernels of one span layer", d)
+        _reject(part, "horizontal_fusion", [n for g in batch for n in part.members[g]],
+                f"{len(batch)} kernels of one span layer", d)
         return
     survivor = batch[0]
     for g in batch[1:]:

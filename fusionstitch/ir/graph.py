@@ -162,12 +162,12 @@ Literal = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.l
            torch.memory_format, TensorLiteral, tuple)
 
 
-def _walk_refs(value: Any) -> Iterator[Ref]:
+def walk_refs(value: Any) -> Iterator[Ref]:
     if isinstance(value, Ref):
         yield value
     elif isinstance(value, tuple):
         for v in value:
-            yield from _walk_refs(v)
+            yield from walk_refs(v)
 
 
 def map_refs(value: Any, fn) -> Any:
@@ -218,9 +218,9 @@ class Node:
     @cached_property
     def inputs(self) -> tuple[str, ...]:
         """Names of the nodes this node reads, in argument order (may repeat)."""
-        refs = list(_walk_refs(self.args))
+        refs = list(walk_refs(self.args))
         for _, v in self.kwargs:
-            refs.extend(_walk_refs(v))
+            refs.extend(walk_refs(v))
         return tuple(r.name for r in refs)
 
     def __eq__(self, other) -> bool:

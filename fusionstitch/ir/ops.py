@@ -23,6 +23,10 @@ import torch
 from .graph import (CONSTANT, GETITEM, PARAMETER, Ref, TensorLiteral, TensorType,
                     TupleType, Type, dtype_name)
 
+# How an op, or a group of ops, runs (fusion/plan.py's group kinds, node_kind): one
+# generated kernel, one library call (torch / a vendor library), or for free (views)
+KERNEL, LIBRARY, FREE = "kernel", "library", "free"
+
 
 class Category(str, enum.Enum):
     """Op categories, in the papers' words (XLA HLO classes)."""
@@ -296,10 +300,10 @@ def infer_type(op: str, args: tuple, kwargs: tuple, types) -> Type:
         return elem
     if op == CONSTANT:
         return dict(kwargs)["value"].type
-    from .graph import _walk_refs
-    needed = {r.name for r in _walk_refs(args)}
+    from .graph import walk_refs
+    needed = {r.name for r in walk_refs(args)}
     for _, v in kwargs:
-        needed.update(r.name for r in _walk_refs(v))
+        needed.update(r.name for r in walk_refs(v))
     env = {}
     for name in needed:
         t = types[name]

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 import torch
 
 from ..analysis.cost import plan_bytes
-from ..fusion.legality import gemms_fusible, staged_limit
 from ..fusion.plan import FREE
 from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Graph
 from ..runtime import counters as _stats
@@ -49,8 +48,8 @@ class Report:
     target: str
     graphs: list[GraphReport] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)   # what explain could not do, and why
-    # why_not_fused's reachability per graph, built once (a cache, not a result)
-    _reach: dict = field(default_factory=dict, repr=False, compare=False)
+    # why_not_fused's plan traces per graph (re-planned for cached plans; a cache)
+    _traces: dict = field(default_factory=dict, repr=False, compare=False)
 
     num_ops = property(lambda self: sum(g.num_ops for g in self.graphs))
     num_kernels = property(lambda self: sum(g.num_kernels for g in self.graphs))
@@ -61,9 +60,8 @@ class Report:
     num_fallbacks = property(lambda self: sum(len(g.fallbacks) for g in self.graphs))
 
     def why_not_fused(self, a: str, b: str) -> str:
-        """Why IR nodes %a and %b (of one graph) are not in one kernel, in words."""
-        from ..analysis.reach import Reachability
-        from ..fusion.legality import check_group
+        """Why IR nodes %a and %b (of one graph) are not in one kernel, in words: the
+        decision the planner recorded (its plan trace, fusion/trace.py), not a new one."""
         for g in self.graphs:
             plan = g.plan
             if plan is None or a not in plan.graph or b not in plan.graph:
@@ -73,19 +71,28 @@ class Report:
                 return f"%{a} or %{b} is an input of the plan (parameter or constant)"
             if ga.id == gb.id:
                 return f"%{a} and %{b} are fused: both in group #{ga.id} ({ga.composition})"
-            reach = self._reach.get(g.name)
-            if reach is None or reach.graph is not plan.graph:
-                reach = self._reach[g.name] = Reachability(plan.graph)
-            d = check_group(plan.graph, set(ga.nodes) | set(gb.nodes), reach,
-                            batched_gemms=self.strategy == "stitch"
-                            and gemms_fusible(self.target),
-                            staged_bytes=staged_limit(self.target)
-                            if self.strategy == "stitch" else 0)
-            if not d:
-                return f"%{a} (group #{ga.id}) and %{b} (group #{gb.id}) cannot fuse: {d.reason}"
-            return (f"%{a} (group #{ga.id}) and %{b} (group #{gb.id}) could fuse, but the "
-                    f"{self.strategy} planner chose other groups (a higher total score, or "
-                    f"its rules do not merge them)")
+            v = self.decision(a, b)
+            if v is None:
+                return (f"%{a} (group #{ga.id}) and %{b} (group #{gb.id}) are apart; the plan "
+                        f"came from the plan cache and planning it again gave other groups, "
+                        f"so the reason is not known")
+            return (f"%{a} (group #{ga.id}) and %{b} (group #{gb.id}) are apart "
+                    f"[{v.stage}]: {v.reason}")
+        raise KeyError(f"no graph of this report has both %{a} and %{b}")
+
+    def decision(self, a: str, b: str):
+        """The planner's recorded decision (a trace.Verdict) that put %a and %b in
+        different groups; None when neither the plan nor a re-planning has a trace."""
+        from ..fusion.trace import planned_trace
+        for g in self.graphs:
+            plan = g.plan
+            if plan is None or a not in plan.graph or b not in plan.graph:
+                continue
+            key = (g.name, id(plan))
+            if key not in self._traces:
+                self._traces[key] = planned_trace(plan, self.target)
+            trace = self._traces[key]
+            return None if trace is None else trace.why_apart(a, b)
         raise KeyError(f"no graph of this report has both %{a} and %{b}")
 
     def __str__(self) -> str:

@@ -25,7 +25,7 @@ from ..fusion.plan import FREE, KERNEL, FusionPlan
 from ..ir.graph import PARAMETER, Graph, Node, Ref
 from ..ir.text import print_graph
 from .explain import GraphReport, Report
-from .render import _PALETTE, group_colour, kernel_producers, plan_svg, short_op
+from .render import PALETTE, group_colour, kernel_producers, plan_svg, short_op
 from .source import KernelSource, kernel_source
 
 # Boundaries listed per graph: past this the list stops being read (and each reason costs a
@@ -102,7 +102,7 @@ def _num(x, fmt: str = "") -> str:
 def _stages(stages: dict) -> str:
     total = sum(stages.values()) or 1.0
     bar = "".join(f'<span style="width:{100 * v / total:.1f}%;background:'
-                  f'{_PALETTE[i % len(_PALETTE)]}" title="{escape(k)} {v * 1e3:.1f} ms"></span>'
+                  f'{PALETTE[i % len(PALETTE)]}" title="{escape(k)} {v * 1e3:.1f} ms"></span>'
                   for i, (k, v) in enumerate(stages.items()))
     text = ", ".join(f"{escape(k)} {v * 1e3:.1f}" for k, v in stages.items())
     return f'<div class="bar">{bar}</div><span class="stages">{text}</span>' if stages else "—"

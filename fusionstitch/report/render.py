@@ -34,14 +34,14 @@ _GROUP_GAP = 22             # horizontal gap between different groups
 _MARGIN = 24
 _HEADER_H = 56              # title line and legend
 # A qualitative palette (Tableau 10 without its grey, which means "library call").
-_PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
+PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
             "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6", "#d4a6c8", "#8cd17d")
 _LIB_FILL, _LIB_STROKE = "#d9d9d9", "#404040"
 
 
 def group_colour(gid: int) -> str:
     """The stable colour of group `gid` (library calls are grey whatever their id)."""
-    return _PALETTE[gid % len(_PALETTE)]
+    return PALETTE[gid % len(PALETTE)]
 
 
 def _tint(hex_colour: str, amount: float) -> str:

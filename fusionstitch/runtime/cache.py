@@ -122,14 +122,20 @@ def unseal(key: str, blob: bytes) -> bytes | None:
     return data if _seal_hash(key, data) == blob[-32:] else None
 
 
+# the in-memory caches of every layer: each module that keeps one registers its clearing
+# function at import (a module never imported has nothing to clear), so this low-level
+# module imports none of them
+_MEMORY_CACHES: list = []
+
+
+def register_memory_cache(clear) -> None:
+    """`clear()` empties one in-memory cache; clear_memory_caches() calls it."""
+    if clear not in _MEMORY_CACHES:
+        _MEMORY_CACHES.append(clear)
+
+
 def clear_memory_caches() -> None:
     """Forget what this process compiled or lowered (not the disk cache): the next compile
     starts as a new process with a warm disk cache would (the bench's warm start)."""
-    from ..codegen import cpu_build, lower, triton
-    from ..frontend import graph_cache
-    from ..fusion import plan_cache
-    lower._CACHE.clear()
-    plan_cache.clear_memory_cache()
-    graph_cache.clear_memory_cache()
-    cpu_build.clear_memory_cache()
-    triton._LOADED.clear()
+    for clear in _MEMORY_CACHES:
+        clear()

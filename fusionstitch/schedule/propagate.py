@@ -63,7 +63,7 @@ class Inconsistent(Exception):
     """No schedule satisfies the group; the message says which op breaks it."""
 
 
-def _numel(t) -> int:
+def type_numel(t) -> int:
     if isinstance(t, TensorType):
         return t.numel
     if isinstance(t, TupleType):
@@ -184,7 +184,7 @@ def _batch_component(graph: Graph, names: list[str], dots: list[str], escaping) 
         node = graph[name]
         if lookup(node.op).category == Category.TUPLE:
             continue
-        n = _numel(node.type)
+        n = type_numel(node.type)
         if n > space.numel:
             raise Inconsistent(f"%{name} ({node.op}) with {n} elements does not fit on chip in "
                                f"{programs} programs of {space}")
@@ -221,7 +221,7 @@ def component_space(graph: Graph, names: list[str], escaping: set[str] | None = 
     except Inconsistent as e:
         if not staged or any(graph[n].op in FUSIBLE_DOTS for n in names):
             raise
-        big = next((n for n in names if _numel(graph[n].type) > STAGED_ELEMENTS_MAX), None)
+        big = next((n for n in names if type_numel(graph[n].type) > STAGED_ELEMENTS_MAX), None)
         if big is not None:
             raise Inconsistent(f"{e}; and %{big} ({graph[big].op}) is too large for one "
                                f"program to run the group in stages") from None
@@ -245,7 +245,7 @@ def _component_space(graph: Graph, names: list[str], escaping: set[str]) -> Spac
             raise Inconsistent(f"%{name} ({node.op}) needs a {s} schedule but the group "
                                f"already has {space}")
     if space is None:
-        n = max(_numel(graph[x].type) for x in names)
+        n = max(type_numel(graph[x].type) for x in names)
         space = Space("flat", 1, n, n)
     for name in names:
         node = graph[name]
@@ -254,7 +254,7 @@ def _component_space(graph: Graph, names: list[str], escaping: set[str]) -> Spac
         d = lookup(node.op)
         if d.category in (Category.TUPLE,):
             continue
-        n = _numel(node.type)
+        n = type_numel(node.type)
         if name not in escaping and n <= space.numel:
             # an internal value (a broadcast operand, a slice or a piece of a concat):
             # evaluated where its consumer reads it, as XLA's loop fusion does
@@ -265,8 +265,8 @@ def _component_space(graph: Graph, names: list[str], escaping: set[str]) -> Spac
             if n > space.numel:
                 raise Inconsistent(f"%{name} ({node.op}) has {n} elements, more than the "
                                    f"{space.numel} of the pointwise kernel")
-        elif not _fits(_numel(node.type), space):
-            raise Inconsistent(f"%{name} ({node.op}) with {_numel(node.type)} elements is "
+        elif not _fits(type_numel(node.type), space):
+            raise Inconsistent(f"%{name} ({node.op}) with {type_numel(node.type)} elements is "
                                f"neither per-element nor per-block in the {space} schedule")
     return space
 
