@@ -7,7 +7,11 @@
    the chosen groups span layer by span layer gets the same launches saved;
 2. scores (model-based, §4.3): time saved = M(V) + (N - 1)·φ, where V is the
    off-chip traffic no longer moved and N the launches merged; non-positive
-   scores are dropped. `score_hook` lets an execution-based score replace it;
+   scores are dropped. Where the performance library (fusionstitch/tune) holds
+   measured times of a pattern, its execution-based score (time split minus time
+   fused) replaces the model's; under FUSIONSTITCH_TUNE=1 the chosen patterns it
+   lacks are measured and the ILP solved again with them. `score_hook` replaces
+   both (the library is then not read);
 3. ILP (ilp.py): disjoint patterns of maximal total score; after each solve the
    fused graph is checked for cycles and each cycle found becomes a constraint
    ("not all of these patterns together"), until the plan is acyclic. The xla
@@ -44,6 +48,9 @@ log = logging.getLogger("fusionstitch.fusion")
 # Each round adds one cycle-breaking constraint per cycle found; real graphs need a
 # handful. Past this many rounds the remaining cyclic patterns are dropped instead.
 MAX_CYCLE_ROUNDS = 50
+# FUSIONSTITCH_TUNE=1: measure-and-choose-again rounds per planning run (a round measures
+# only what the previous choice lacked, so real graphs settle in two or three)
+MAX_TUNE_ROUNDS = 4
 
 ScoreFn = Callable[[Graph, frozenset, DeviceSpec], float]
 
@@ -116,6 +123,54 @@ def _find_cycle(graph: Graph, groups: list[frozenset]) -> list[int] | None:
     return sorted(g for g in cycle if g < len(groups))
 
 
+def _scored(graph, candidates, baseline, score, model, perf, device):
+    """The candidates worth choosing, their scores, and the ILP's byte requirement.
+
+    Non-positive scores are dropped, except the baseline's groups (they make "save at
+    least the baseline's bytes" satisfiable). A baseline group the library measured
+    slower fused than split is dropped too, and its bytes leave the requirement: the
+    baseline is a standard to beat only where nothing better is known."""
+    slower = set()
+    if perf is not None:
+        slower = {p for p in baseline if (m := perf.measured(p)) is not None and m <= 0}
+    scored = [(p, score(graph, p, device)) for p in candidates]
+    keep = [i for i, (p, s) in enumerate(scored)
+            if s > 0 or (p in baseline and p not in slower)]
+    patterns = [scored[i][0] for i in keep]
+    scores = [max(scored[i][1], 1e-12) for i in keep]
+    # never move more bytes than the baseline: its groups are candidates, so this holds
+    saved = [model.saved_bytes(graph, p) for p in patterns]
+    need = sum(model.saved_bytes(graph, p) for p in baseline if p not in slower)
+    return patterns, scores, ((saved, need) if need > 0 else None)
+
+
+def _solve(graph, patterns, scores, at_least, time_limit):
+    """The ILP, re-solved with a constraint per cycle of the fused graph until acyclic:
+    (chosen pattern indices, solver used, cycle constraints added)."""
+    forbidden: list[frozenset] = []
+    chosen: list[int] = []
+    method = "none"
+    for _ in range(MAX_CYCLE_ROUNDS):
+        sol = ilp.solve(patterns, scores, forbidden, time_limit, at_least=at_least)
+        chosen, method = list(sol.chosen), sol.method
+        cycles = _find_cycles(graph, [patterns[i] for i in chosen])
+        if not cycles:
+            break
+        for cycle in cycles:
+            bad = frozenset(chosen[g] for g in cycle)
+            log.info("stitch: chosen patterns %s form a cycle; adding a constraint",
+                     sorted(bad))
+            forbidden.append(bad)
+    else:
+        # out of rounds: drop the patterns of every remaining cycle until none is left
+        while (cycle := _find_cycle(graph, [patterns[i] for i in chosen])) is not None:
+            bad = {chosen[g] for g in cycle}
+            log.warning("stitch: cycles remain after %d ILP rounds; dropping patterns %s",
+                        MAX_CYCLE_ROUNDS, sorted(bad))
+            chosen = [c for c in chosen if c not in bad]
+    return chosen, method, forbidden
+
+
 def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
                 time_limit: float = ilp.DEFAULT_TIME_LIMIT_S) -> FusionPlan:
     stages: dict[str, float] = {}
@@ -138,40 +193,32 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
     t = time.perf_counter()
     device = device_spec(target)
     model = ModelScore(graph, device)
-    score = score_hook or model
-    scored = [(p, score(graph, p, device)) for p in candidates]
-    keep = [i for i, (p, s) in enumerate(scored) if s > 0 or p in baseline]
-    patterns = [scored[i][0] for i in keep]
-    scores = [max(scored[i][1], 1e-12) for i in keep]
-    # never move more bytes than the baseline: its groups are candidates, so this holds
-    saved = [model.saved_bytes(graph, p) for p in patterns]
-    need = sum(model.saved_bytes(graph, p) for p in baseline)
+    perf = None
+    if score_hook is None:
+        from ..tune import perf_score
+        perf = perf_score(graph, target, model)
+    score = score_hook or perf or model
     stages["scores"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    forbidden: list[frozenset] = []
-    chosen: list[int] = []
-    method = "none"
-    for _ in range(MAX_CYCLE_ROUNDS):
-        sol = ilp.solve(patterns, scores, forbidden, time_limit,
-                        at_least=(saved, need) if need > 0 else None)
-        chosen, method = list(sol.chosen), sol.method
-        cycles = _find_cycles(graph, [patterns[i] for i in chosen])
-        if not cycles:
+    tuned = 0.0
+    for tune_round in range(MAX_TUNE_ROUNDS + 1):
+        t = time.perf_counter()
+        patterns, scores, at_least = _scored(graph, candidates, baseline, score, model, perf,
+                                             device)
+        stages["scores"] += time.perf_counter() - t
+        t = time.perf_counter()
+        chosen, method, forbidden = _solve(graph, patterns, scores, at_least, time_limit)
+        stages["ilp"] = stages.get("ilp", 0.0) + time.perf_counter() - t
+        # FUSIONSTITCH_TUNE=1: measure the chosen fusions the library lacks, then choose
+        # again with their measured scores, until the choice needs no new measurement
+        if perf is None or tune_round == MAX_TUNE_ROUNDS:
             break
-        for cycle in cycles:
-            bad = frozenset(chosen[g] for g in cycle)
-            log.info("stitch: chosen patterns %s form a cycle; adding a constraint",
-                     sorted(bad))
-            forbidden.append(bad)
-    else:
-        # out of rounds: drop the patterns of every remaining cycle until none is left
-        while (cycle := _find_cycle(graph, [patterns[i] for i in chosen])) is not None:
-            bad = {chosen[g] for g in cycle}
-            log.warning("stitch: cycles remain after %d ILP rounds; dropping patterns %s",
-                        MAX_CYCLE_ROUNDS, sorted(bad))
-            chosen = [c for c in chosen if c not in bad]
-    stages["ilp"] = time.perf_counter() - t
+        t = time.perf_counter()
+        measured = perf.tune([patterns[i] for i in chosen])
+        tuned += time.perf_counter() - t
+        if not measured:
+            break
+    if perf is not None and perf.tuning:
+        stages["tune"] = tuned
 
     t = time.perf_counter()
     groups = [patterns[i] for i in chosen]
@@ -183,7 +230,7 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
     stages["packing"] = time.perf_counter() - t
     t = time.perf_counter()
     if limit is None:
-        groups = merge_kernels(graph, groups, leg, model, device)
+        groups = merge_kernels(graph, groups, leg, perf or model, device)
     stages["merging"] = time.perf_counter() - t
     t = time.perf_counter()
     plan = plan_from_groups(graph, groups, "stitch", compose=composition)

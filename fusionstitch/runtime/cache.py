@@ -128,7 +128,9 @@ def clear_memory_caches() -> None:
     from ..codegen import cpu_build, lower, triton
     from ..frontend import graph_cache
     from ..fusion import plan_cache
+    from ..tune import library as perflib
     lower._CACHE.clear()
+    perflib.clear_memory_cache()
     plan_cache.clear_memory_cache()
     graph_cache.clear_memory_cache()
     cpu_build.clear_memory_cache()
