@@ -37,7 +37,7 @@ def bucket(n: int) -> int:
 
 @dataclass(frozen=True)
 class PatternKey:
-    structure: str    # digest of the canonical structure
+    structure: str    # "<op_signature>-<digest of the canonical structure>"
     shapes: str       # the shape bucket, readable
     dtype: str        # the dtypes of the pattern's values, sorted, comma-joined
 
@@ -66,9 +66,11 @@ def _type(t) -> tuple[str, str]:
     return str(type(t).__name__), "?"
 
 
-def pattern_key(graph: Graph, pattern) -> PatternKey:
-    """The key of `pattern` (node names of `graph`): see the module doc."""
-    position = {n.name: i for i, n in enumerate(graph.nodes)}
+def pattern_key(graph: Graph, pattern, position: dict[str, int] | None = None) -> PatternKey:
+    """The key of `pattern` (node names of `graph`): see the module doc. `position`: the
+    graph's node name -> index (pass it when keying many patterns of one graph)."""
+    if position is None:
+        position = {n.name: i for i, n in enumerate(graph.nodes)}
     members = sorted(pattern, key=position.__getitem__)
     inside = set(members)
     outputs = graph.output_names
@@ -96,7 +98,14 @@ def pattern_key(graph: Graph, pattern) -> PatternKey:
         lines.append(f"v{k}{'*' if leaves else ''} = {node.op}({args};{kwargs}): {ty}")
         shapes.append(sh)
         dtypes.add(ty.split("/")[0])
-    return PatternKey(digest("\n".join(lines)), " ".join(shapes), ",".join(sorted(dtypes)))
+    return PatternKey(f"{op_signature(graph, pattern)}-{digest(chr(10).join(lines))}",
+                      " ".join(shapes), ",".join(sorted(dtypes)))
+
+
+def op_signature(graph: Graph, pattern) -> str:
+    """The multiset of the pattern's op names, digested: the head of its structure key, and
+    cheap to compute, so a planner can skip keying patterns the library cannot hold."""
+    return digest(*sorted(graph[m].op for m in pattern))[:8]
 
 
 def _source_digest(folder: str) -> str:

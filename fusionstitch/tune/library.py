@@ -69,6 +69,9 @@ class Snapshot:
 
     times: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
     stamp: str = ""
+    # the op signatures (key.op_signature) of the structures held: a pattern whose
+    # signature is not here has no times, and is not keyed
+    signatures: frozenset = frozenset()
 
     def get(self, key: PatternKey, variant: str) -> float | None:
         return self.times.get((key.structure, key.shapes, key.dtype, variant))
@@ -162,6 +165,7 @@ def snapshot(target: str) -> Snapshot:
         if _valid(r):
             snap.times[tuple(r[:4])] = r[4]
     if snap.times:
+        snap.signatures = frozenset(k[0].split("-", 1)[0] for k in snap.times)
         snap.stamp = digest(*(f"{k} {v.hex()}" for k, v in sorted(snap.times.items())))
     _SNAPSHOTS[memo] = snap
     return snap

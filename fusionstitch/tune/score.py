@@ -14,7 +14,7 @@ import logging
 
 from ..runtime import counters
 from . import library
-from .key import PatternKey, pattern_key
+from .key import PatternKey, op_signature, pattern_key
 from .measure import NotMeasurable, measure
 
 log = logging.getLogger("fusionstitch.tune")
@@ -35,18 +35,24 @@ class PerfScore:
         self.tuning = (level >= 1 and target in TUNABLE_TARGETS and not graph.symbolic)
         self.measured_here = 0
         self._keys: dict[frozenset, PatternKey] = {}
+        self._position: dict[str, int] | None = None
         self._hits: set[frozenset] = set()
         self._tried: set[frozenset] = set()
 
     def key(self, pattern: frozenset) -> PatternKey:
         k = self._keys.get(pattern)
         if k is None:
-            k = self._keys[pattern] = pattern_key(self.graph, pattern)
+            if self._position is None:
+                self._position = {n.name: i for i, n in enumerate(self.graph.nodes)}
+            k = self._keys[pattern] = pattern_key(self.graph, pattern, self._position)
         return k
 
     def measured(self, pattern: frozenset) -> float | None:
         """Seconds the pattern saves by the library's times, or None (not measured)."""
         if not self.snap.times:
+            return None
+        if pattern not in self._keys and \
+                op_signature(self.graph, pattern) not in self.snap.signatures:
             return None
         k = self.key(pattern)
         fused, split = self.snap.get(k, "fused"), self.snap.get(k, "split")
