@@ -95,7 +95,13 @@ def _programs(sub: Graph, target: str, device: torch.device):
     if fused.num_kernels != 1 or split.num_kernels < 2:
         raise NotMeasurable(f"{fused.num_kernels} kernel(s) fused, {split.num_kernels} split: "
                             "no choice to measure")
-    return Program(fused, device, target), Program(split, device, target)
+    programs = Program(fused, device, target), Program(split, device, target)
+    for plan, prog in zip((fused, split), programs):
+        # a kernel that was not built runs through torch: its time is not the kernel's
+        if len(prog.kernel_steps) != plan.num_kernels:
+            raise NotMeasurable("its kernels were not built: "
+                                + "; ".join(prog.fallback_reasons))
+    return programs
 
 
 def measure(graph: Graph, pattern, target: str) -> dict[str, tuple[float, int]]:

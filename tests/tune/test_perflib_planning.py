@@ -155,3 +155,14 @@ def test_tuned_compile_matches_eager(monkeypatch, strict_fresh):
     torch.testing.assert_close(got, f(x, y), rtol=1e-5, atol=1e-6)
     assert fusionstitch.stats()["tune_measurements"] >= 1
     assert fusionstitch.stats()["fallbacks"] == 0
+
+
+def test_kernels_that_cannot_be_built_are_not_measured(monkeypatch):
+    # no compiler: the programs would run their kernel groups through torch, whose times
+    # are not the kernels'; nothing is measured or recorded, and the model plans
+    monkeypatch.setenv("FUSIONSTITCH_TUNE", "1")
+    monkeypatch.setenv("FUSIONSTITCH_CXX", "false")
+    monkeypatch.delenv("FUSIONSTITCH_STRICT", raising=False)
+    assert groups(make_plan(softmax(), "stitch", "cpu")) == [WHOLE]
+    assert fusionstitch.stats()["tune_measurements"] == 0
+    assert library.snapshot("cpu").times == {}
