@@ -9,6 +9,7 @@ from .config import __version__
 from .frontend.torch import backend, register as _register
 from .report.explain import Report, explain
 from .runtime.counters import reset_stats, stats
+from .runtime import measure as _measure  # noqa: F401  (registers the tuner's timer)
 
 __all__ = ["backend", "explain", "Report", "stats", "reset_stats", "__version__"]
 

@@ -44,6 +44,21 @@ def graph_cache_enabled() -> bool:
     return env_flag_default("FUSIONSTITCH_GRAPH_CACHE", True)
 
 
+def tune_level() -> int:
+    """FUSIONSTITCH_TUNE: how the planner uses the performance library (fusionstitch/tune):
+    `off` (-1) ignores it; 0 (default) uses the times it holds and measures nothing; 1 also
+    measures, once per key, the fusions the cost model chose and the library lacks. An
+    unknown value is an error, not a guess."""
+    value = os.environ.get("FUSIONSTITCH_TUNE", "").strip().lower()
+    if value in ("", "0"):
+        return 0
+    if value in ("off", "-1", "false", "no"):
+        return -1
+    if value in ("1", "true", "yes", "on"):
+        return 1
+    raise ValueError(f"fusionstitch: FUSIONSTITCH_TUNE={value!r}; expected off, 0 or 1")
+
+
 def strict() -> bool:
     """FUSIONSTITCH_STRICT=1 (or `all`): errors raise instead of falling back to torch (an
     internal error, a kernel that cannot be built)."""

@@ -5,6 +5,7 @@ import logging
 import time
 
 from ..ir.graph import Graph
+from ..tune import plan_key_part
 from .plan import FREE, KERNEL, LIBRARY, FusionPlan, Group, plan_none
 
 log = logging.getLogger("fusionstitch.fusion")
@@ -50,7 +51,8 @@ def make_plan(graph: Graph, strategy: str, target: str, use_cache: bool = True) 
     key = None
     if use_cache and plan_cache.enabled() and planner is _REGISTERED.get(strategy, _REGISTERED["none"]):
         start = time.perf_counter()
-        key = plan_cache.plan_key(graph, strategy, target)
+        tune_part = plan_key_part(target)
+        key = plan_cache.plan_key(graph, strategy, target, tune_part)
         cached = plan_cache.load(graph, key)
         if cached is not None:   # its one stage: the look-up, key included
             return cached.with_stages({plan_cache.HIT_STAGE: time.perf_counter() - start})
@@ -69,6 +71,9 @@ def make_plan(graph: Graph, strategy: str, target: str, use_cache: bool = True) 
     plan.validate()
     if key is not None:
         start = time.perf_counter()
+        after = plan_key_part(target)
+        if after != tune_part:   # tuning measured while planning: the plan of the library now
+            key = plan_cache.plan_key(graph, strategy, target, after)
         plan_cache.store(plan, target, key)
         plan = plan.with_stages({**dict(plan.stages),
                                  "plan_cache_miss": lookup + time.perf_counter() - start})

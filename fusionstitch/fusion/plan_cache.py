@@ -11,7 +11,12 @@ The key is everything the plan depends on:
 - `fusionstitch.__version__` and a digest of the package's own sources: the
   planner's thresholds and rules are code, and a development tree changes them
   without a new version number;
-- the torch and scipy versions (op decompositions, the HiGHS ILP solver).
+- the torch and scipy versions (op decompositions, the HiGHS ILP solver);
+- the performance library's contents for this machine and target and the
+  FUSIONSTITCH_TUNE level (`tune.plan_key_part`), when the library has times or
+  tuning is on: a plan made with measured times is the plan of those times. A plan
+  that tuning made is stored under the library as it was after tuning, so the warm
+  start that follows loads it without planning (or measuring) again.
 Planning that reads anything else does not use the cache: `FUSIONSTITCH_FUEL`
 set, a planner replaced in `PLANNERS`, or a `score_hook` (only `plan_stitch`
 takes one, and `make_plan`, the one caller of this cache, passes none).
@@ -94,9 +99,15 @@ def graph_text(graph: Graph) -> str:
     return text
 
 
-def plan_key(graph: Graph, strategy: str, target: str) -> str:
+def plan_key(graph: Graph, strategy: str, target: str, tune: str | None = None) -> str:
+    """`tune`: the performance library's part (`tune.plan_key_part`, read now when None);
+    empty while the planner has no measured time to read, so keys stay as they were."""
+    if tune is None:
+        from ..tune import plan_key_part
+        tune = plan_key_part(target)
+    parts = (tune,) if tune else ()
     return digest(f"plan-cache {FORMAT}", versions(), code_stamp(), strategy, target,
-                  graph_text(graph))
+                  graph_text(graph), *parts)
 
 
 def _path(key: str) -> Path:

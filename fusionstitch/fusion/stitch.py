@@ -7,7 +7,11 @@
    the chosen groups span layer by span layer gets the same launches saved;
 2. scores (model-based, §4.3): time saved = M(V) + (N - 1)·φ, where V is the
    off-chip traffic no longer moved and N the launches merged; non-positive
-   scores are dropped. `score_hook` lets an execution-based score replace it;
+   scores are dropped. Where the performance library (fusionstitch/tune) holds
+   measured times of a pattern, its execution-based score (time split minus time
+   fused) replaces the model's; under FUSIONSTITCH_TUNE=1 the chosen patterns it
+   lacks are measured and the ILP solved again with them. `score_hook` replaces
+   both (the library is then not read);
 3. ILP (ilp.py): disjoint patterns of maximal total score; after each solve the
    fused graph is checked for cycles and each cycle found becomes a constraint
    ("not all of these patterns together"), until the plan is acyclic. The xla
@@ -36,6 +40,7 @@ from . import ilp
 from .legality import gemms_fusible, staged_limit
 from .merge import merge_kernels
 from .patterns import Legality, candidate_patterns
+from .trace import PlanTrace, Verdict
 from .plan import (FREE, KERNEL, LIBRARY, FusionPlan, is_input, node_kind, plan_from_groups,
                    quotient, topological_order)
 
@@ -44,6 +49,9 @@ log = logging.getLogger("fusionstitch.fusion")
 # Each round adds one cycle-breaking constraint per cycle found; real graphs need a
 # handful. Past this many rounds the remaining cyclic patterns are dropped instead.
 MAX_CYCLE_ROUNDS = 50
+# FUSIONSTITCH_TUNE=1: measure-and-choose-again rounds per planning run (a round measures
+# only what the previous choice lacked, so real graphs settle in two or three)
+MAX_TUNE_ROUNDS = 4
 
 ScoreFn = Callable[[Graph, frozenset, DeviceSpec], float]
 
@@ -128,46 +136,45 @@ def target_legality(graph: Graph, target: str, trace=None) -> Legality:
                     staged_bytes=staged_limit(target), trace=trace)
 
 
-def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
-                time_limit: float = ilp.DEFAULT_TIME_LIMIT_S) -> FusionPlan:
-    stages: dict[str, float] = {}
-    t = time.perf_counter()
-    from .trace import PlanTrace, Verdict
-    trace = PlanTrace("stitch", target)
-    leg = target_legality(graph, target, trace)
-    candidates = candidate_patterns(leg, packing=False)
-    stages["candidates"] = time.perf_counter() - t
+def _scored(graph, candidates, baseline, score, model, perf, device, trace):
+    """The candidates worth choosing, their scores, and the ILP's byte requirement.
 
-    t = time.perf_counter()
-    baseline = _baseline_groups(graph, target, leg)
-    candidates = list(dict.fromkeys(candidates + baseline))
-    stages["baseline"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    device = device_spec(target)
-    model = ModelScore(graph, device)
-    score = score_hook or model
+    Non-positive scores are dropped, except the baseline's groups (they make "save at
+    least the baseline's bytes" satisfiable). A baseline group the library measured
+    slower fused than split is dropped too, and its bytes leave the requirement: the
+    baseline is a standard to beat only where nothing better is known."""
+    slower = set()
+    if perf is not None:
+        slower = {p for p in baseline if (m := perf.measured(p)) is not None and m <= 0}
     scored = [(p, score(graph, p, device)) for p in candidates]
-    keep = [i for i, (p, s) in enumerate(scored) if s > 0 or p in baseline]
+    keep = [i for i, (p, s) in enumerate(scored)
+            if s > 0 or (p in baseline and p not in slower)]
     for p, s in scored:
-        trace.candidates[p] = None if s > 0 or p in baseline else Verdict(
-            "score", p, f"the cost model gives the candidate group holding both "
-            f"({len(p)} ops) no gain ({s:.3g} s saved)")
+        if s > 0 or (p in baseline and p not in slower):
+            trace.candidates[p] = None
+            continue
+        source = ("the performance library's measured times give" if perf is not None
+                  and perf.measured(p) is not None else "the cost model gives")
+        trace.candidates[p] = Verdict("score", p, f"{source} the candidate group holding "
+                                      f"both ({len(p)} ops) no gain ({s:.3g} s saved)")
     patterns = [scored[i][0] for i in keep]
     scores = [max(scored[i][1], 1e-12) for i in keep]
     # never move more bytes than the baseline: its groups are candidates, so this holds
     saved = [model.saved_bytes(graph, p) for p in patterns]
-    need = sum(model.saved_bytes(graph, p) for p in baseline)
-    stages["scores"] = time.perf_counter() - t
+    need = sum(model.saved_bytes(graph, p) for p in baseline if p not in slower)
+    return patterns, scores, ((saved, need) if need > 0 else None)
 
-    t = time.perf_counter()
+
+def _solve(graph, patterns, scores, at_least, time_limit):
+    """The ILP, re-solved with a constraint per cycle of the fused graph until acyclic:
+    (chosen pattern indices, solver used, cycle constraints added, indices chosen and then
+    dropped for a cycle when out of rounds)."""
     forbidden: list[frozenset] = []
-    dropped: set[int] = set()   # chosen, then dropped for a cycle when out of rounds
+    dropped: set[int] = set()
     chosen: list[int] = []
     method = "none"
     for _ in range(MAX_CYCLE_ROUNDS):
-        sol = ilp.solve(patterns, scores, forbidden, time_limit,
-                        at_least=(saved, need) if need > 0 else None)
+        sol = ilp.solve(patterns, scores, forbidden, time_limit, at_least=at_least)
         chosen, method = list(sol.chosen), sol.method
         cycles = _find_cycles(graph, [patterns[i] for i in chosen])
         if not cycles:
@@ -185,7 +192,52 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
                         MAX_CYCLE_ROUNDS, sorted(bad))
             chosen = [c for c in chosen if c not in bad]
             dropped.update(bad)
-    stages["ilp"] = time.perf_counter() - t
+    return chosen, method, forbidden, dropped
+
+
+def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
+                time_limit: float = ilp.DEFAULT_TIME_LIMIT_S) -> FusionPlan:
+    stages: dict[str, float] = {}
+    t = time.perf_counter()
+    trace = PlanTrace("stitch", target)
+    leg = target_legality(graph, target, trace)
+    candidates = candidate_patterns(leg, packing=False)
+    stages["candidates"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    baseline = _baseline_groups(graph, target, leg)
+    candidates = list(dict.fromkeys(candidates + baseline))
+    stages["baseline"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    device = device_spec(target)
+    model = ModelScore(graph, device)
+    perf = None
+    if score_hook is None:
+        from ..tune import perf_score
+        perf = perf_score(graph, target, model)
+    score = score_hook or perf or model
+    stages["scores"] = time.perf_counter() - t
+    tuned = 0.0
+    for tune_round in range(MAX_TUNE_ROUNDS + 1):
+        t = time.perf_counter()
+        patterns, scores, at_least = _scored(graph, candidates, baseline, score, model, perf,
+                                             device, trace)
+        stages["scores"] += time.perf_counter() - t
+        t = time.perf_counter()
+        chosen, method, forbidden, dropped = _solve(graph, patterns, scores, at_least, time_limit)
+        stages["ilp"] = stages.get("ilp", 0.0) + time.perf_counter() - t
+        # FUSIONSTITCH_TUNE=1: measure the chosen fusions the library lacks, then choose
+        # again with their measured scores, until the choice needs no new measurement
+        if perf is None or tune_round == MAX_TUNE_ROUNDS:
+            break
+        t = time.perf_counter()
+        measured = perf.tune([patterns[i] for i in chosen])
+        tuned += time.perf_counter() - t
+        if not measured:
+            break
+    if perf is not None and perf.tuning:
+        stages["tune"] = tuned
     taken = set(chosen)
     in_cycle = {i for bad in forbidden for i in bad} | dropped
     for i, p in enumerate(patterns):
@@ -214,7 +266,7 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
     stages["packing"] = time.perf_counter() - t
     t = time.perf_counter()
     if limit is None:
-        groups = merge_kernels(graph, groups, leg, model, device)
+        groups = merge_kernels(graph, groups, leg, perf or model, device)
     stages["merging"] = time.perf_counter() - t
     t = time.perf_counter()
     plan = plan_from_groups(graph, groups, "stitch", compose=composition, trace=trace)

@@ -13,12 +13,17 @@ from __future__ import annotations
 # -> plan -> kernels), one per input signature, or one per guard region of a graph of
 # symbolic sizes, of which symbolic_programs counts those (frontend/dynamic.py);
 # dynamic_refusals: graphs of symbolic sizes compiled per shape because they could not be
-# compiled symbolically (each logged at INFO with its reason)
+# compiled symbolically (each logged at INFO with its reason); tune_measurements: fusion
+# patterns timed by the performance library's tuner (FUSIONSTITCH_TUNE=1, fusionstitch/tune;
+# its own compiles and launches are not counted elsewhere), tune_hits: patterns the stitch
+# planner scored from measured times instead of the cost model, tune_rejected: library files
+# or rows ignored as untrusted (damaged, another format or schema, values that are not times)
 _KEYS = ("kernels_launched", "library_calls", "compiles", "cache_hits", "fallbacks",
          "kernels_compiled", "inplace_writes", "plan_cache_hits", "plan_cache_misses",
          "graph_cache_hits", "graph_cache_misses", "buffers_recycled", "cuda_graph_captures",
          "cuda_graph_replays", "precompile_records", "precompile_loads", "specialisations",
-         "symbolic_programs", "dynamic_refusals")
+         "symbolic_programs", "dynamic_refusals", "tune_measurements", "tune_hits",
+         "tune_rejected")
 _COUNTERS: dict[str, int] = dict.fromkeys(_KEYS, 0)
 
 

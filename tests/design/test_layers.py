@@ -13,10 +13,10 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[2] / "fusionstitch"
 
 # lowest first; a module's layer is its package's unless MODULE_LAYERS names it
-LAYERS = ("base", "ir", "passes", "analysis", "schedule", "codegen", "fusion", "runtime",
+LAYERS = ("base", "ir", "passes", "analysis", "schedule", "codegen", "tune", "fusion", "runtime",
           "frontend", "report", "api")
 PACKAGE_LAYERS = {"ir": "ir", "passes": "passes", "analysis": "analysis",
-                  "schedule": "schedule", "codegen": "codegen", "fusion": "fusion",
+                  "schedule": "schedule", "codegen": "codegen", "tune": "tune", "fusion": "fusion",
                   "runtime": "runtime", "frontend": "frontend", "report": "report"}
 # infrastructure every layer uses, living in a package for now (docs/LAYERS.md)
 MODULE_LAYERS = {"fusionstitch.config": "base", "fusionstitch.runtime.cache": "base",
