@@ -75,9 +75,11 @@ class _Source:
 
 
 def _inline(step) -> bool:
-    """Whether the launch of `step` (a KernelStep) is its simplest path on every call."""
-    return (step.static and not step.symbolic and not step.into
-            and step.fixed_syms() is not None
+    """Whether the launch of `step` (a KernelStep) can be written out: static syms known,
+    no tuple element among its outputs, and outputs stored into inputs only as the step
+    remembered them (checked per call: the same storages, else the step's own launch)."""
+    return (step.static and not step.symbolic and step.fixed_syms() is not None
+            and (not step.into or step.fixed_into() is not None)
             and all(element is None for _, element, _, _ in step.outputs))
 
 
@@ -144,26 +146,50 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
     return run
 
 
+def _storage_ptr(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
 def _launch(src: _Source, step) -> None:
-    """A static kernel's launch inline (KernelStep.__call__'s simplest path)."""
+    """A static kernel's launch inline (KernelStep.__call__'s path for a static step).
+    A step that stores outputs into inputs (runtime/inplace.py) takes the choice it
+    remembered when the inputs are on the storages it was made for (as the step itself
+    does), and otherwise launches as a step (which checks again)."""
     args = []
     for k, (slot, element) in enumerate(step.inputs):
         a = f"a{k}"
         src.emit(f"{a} = values[{slot}]" + ("" if element is None else f"[{element!r}]"))
         args.append(a)
+    into = dict(step.fixed_into()[1]) if step.into else {}
+    pad = ""
+    if step.into:
+        ptrs, chosen = step.fixed_into()
+        sp = src.name("SP", _storage_ptr)
+        src.emit(f"if [{''.join(f'{sp}({a}), ' for a in args)}] == {src.name('P', list(ptrs))}:")
+        pad = "    "
+        if chosen:
+            bump = counters.bumper({"inplace_writes": len(chosen)})
+            src.emit(f"{pad}{src.name('BUMP', bump)}()")
     device = src.name("DEV", step.device)
     outs = []
     for k, ((_, _, shape, _), dt) in enumerate(zip(step.outputs, step.torch_dtype)):
-        src.emit(f"o{k} = empty({src.name('S', tuple(shape))}, dtype={src.name('T', dt)}, "
-                 f"device={device})")
+        if k in into:
+            src.emit(f"{pad}o{k} = values[{into[k]}]")
+        else:
+            src.emit(f"{pad}o{k} = empty({src.name('S', tuple(shape))}, "
+                     f"dtype={src.name('T', dt)}, device={device})")
         outs.append(f"o{k}")
     scratch = []
     for k, (shape, dt) in enumerate(step.scratch):
-        src.emit(f"s{k} = empty({src.name('S', shape)}, dtype={src.name('T', dt)}, "
+        src.emit(f"{pad}s{k} = empty({src.name('S', shape)}, dtype={src.name('T', dt)}, "
                  f"device={device})")
         scratch.append(f"s{k}")
     # `.run` read at each call, as KernelStep reads it (a test or a profiler may wrap it)
-    src.emit(f"{src.name('K', step)}.run([{', '.join(args + outs + scratch)}], "
+    name = src.name("K", step)
+    src.emit(f"{pad}{name}.run([{', '.join(args + outs + scratch)}], "
              f"{src.name('Y', step.fixed_syms())})")
     for (slot, _, _, _), o in zip(step.outputs, outs):
-        src.emit(f"values[{slot}] = {o}")
+        src.emit(f"{pad}values[{slot}] = {o}")
+    if step.into:
+        src.emit("else:")
+        src.emit(f"    {name}(values, pool)")

@@ -163,3 +163,40 @@ def test_a_static_kernel_is_launched_inline_and_a_wrapped_run_is_seen():
     step.run = lambda buffers, syms: (seen.append(len(buffers)), run(buffers, syms))
     torch.testing.assert_close(prog([a])[0], a.exp())
     assert seen == [2]
+
+
+@pytest.mark.skipif("cpu" not in TARGETS, reason="needs a C++ compiler")
+def test_in_place_writes_in_generated_code_follow_the_storages(tmp_path, monkeypatch):
+    """An optimizer step stores new values into its parameters. The generated code takes
+    the choice the step remembered only for the same storages: the same parameters write
+    in place (counted), other parameters (new storages) launch as a step that decides
+    again; every call equals eager."""
+    monkeypatch.setenv("FUSIONSTITCH_CACHE_DIR", str(tmp_path))
+    torch._dynamo.reset()
+
+    def step(ps, gs, ms):
+        for p, g, m in zip(ps, gs, ms):
+            m.mul_(0.9).add_(g)
+            p.add_(m, alpha=-0.1)
+
+    def make(seed):
+        torch.manual_seed(seed)
+        shapes = [(16, 8), (8,)]
+        return [[torch.randn(s) for s in shapes] for _ in range(3)]
+    graphs = []
+    comp = torch.compile(step, backend=fusionstitch.backend(target="cpu", _sink=graphs))
+    for seed in (0, 0, 1):    # twice on one set of storages, then on new ones
+        got, want = make(seed), make(seed)
+        for call in range(3):
+            ptrs = [p.data_ptr() for p in got[0]]
+            fusionstitch.reset_stats()
+            with torch.no_grad():
+                comp(*got)
+            step(*want)
+            assert fusionstitch.stats()["inplace_writes"] == 4, (seed, call)
+            assert [p.data_ptr() for p in got[0]] == ptrs
+            for xs, ys in zip(got, want):
+                for x, y in zip(xs, ys):
+                    torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-6)
+    [prog] = [s.program for g in graphs for s in g.specialisations.values()]
+    assert "else:" in prog.generated_source, "the remembered storages are checked per call"
