@@ -41,5 +41,19 @@ def bump(key: str, n: int = 1) -> None:
     _COUNTERS[key] += n
 
 
+def bumper(increments: dict[str, int]):
+    """A function that adds `increments` (key -> n) to the counters in one call (what a
+    generated Program wrapper bumps per call: runtime/wrapper.py)."""
+    items = tuple((k, n) for k, n in increments.items() if n)
+    unknown = [k for k, _ in items if k not in _COUNTERS]
+    if unknown:   # fail now, not at the first call
+        raise KeyError(f"unknown counters {unknown}")
+
+    def bump_all() -> None:
+        for k, n in items:
+            _COUNTERS[k] += n
+    return bump_all
+
+
 def restore(saved: dict[str, int]) -> None:
     _COUNTERS.update(saved)

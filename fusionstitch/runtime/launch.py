@@ -127,6 +127,16 @@ class KernelStep:
         self.run(ins + outs + scratch, syms)
         self._place(values, outs)
 
+    def fixed_syms(self) -> tuple | list | None:
+        """The syms of every launch of a static step, once its first launch worked them
+        out (None before, or when they are worked out per launch)."""
+        return self._static_syms if self.static else None
+
+    def fixed_into(self) -> tuple | None:
+        """(storage pointers of the inputs, ((output, input slot), ...)): the in-place
+        choice a static step remembered with the storages it was made for (None: none)."""
+        return self._static_into if self.static else None
+
     def _launch_symbolic(self, ins: list, values: list) -> None:
         """A launch of a symbolic program's kernel: syms and shapes from the size slots."""
         strides = {i: ins[i].stride() for i in self.strided}

@@ -38,6 +38,7 @@ from ..ir.ops import lookup, resolve_overload
 from ..ir.symbolic import is_symbolic
 from . import counters as _stats
 from . import recycle as _recycle
+from . import wrapper as _wrapper
 
 # the step kind of a kernel group run through torch because its kernel was not built
 _UNBUILT = "unbuilt"
@@ -228,12 +229,49 @@ class Program:
             1 for kind, _ in steps if kind == _UNBUILT)
         assert all(n.op != PARAMETER for n in graph.nodes[len(self.param_slots):]), \
             "parameters must lead the graph"
+        # the per-call code, written out after the first call (runtime/wrapper.py)
+        self._fast: Any = None
+        self._off: Any = None       # the code while use_generated(False) holds
+        self._generate = _wrapper.enabled()
 
     def __call__(self, inputs: list[torch.Tensor], symbols: tuple = ()) -> list[Any]:
         """Run the plan on `inputs` (the graph's tensor inputs); `symbols`: the size
         symbols' values (a program of a graph of symbolic sizes). Dead values of this
-        call go to a pool that is gone when it returns (recycle.py)."""
-        return self._run(inputs, _recycle.Pool() if self.recycled else None, symbols)
+        call go to a pool that is gone when it returns (recycle.py). From the second
+        call on, the program runs as generated code (runtime/wrapper.py)."""
+        fast = self._fast
+        if fast is not None and len(inputs) == len(self.param_slots):
+            return fast(inputs, _recycle.Pool() if self.recycled else None,
+                        None if self._sizes is None else self._sizes(*symbols))
+        out = self._run(inputs, _recycle.Pool() if self.recycled else None, symbols)
+        if self._generate and self._conformed and fast is None:
+            self._generate = False   # once: a failure to build keeps the interpreter
+            try:
+                self._fast = _wrapper.build(self, _Slot, self._drop, self._sizes is not None,
+                                            self._pick_outputs is not None)
+            except Exception:   # a bug of ours: this program stays on the interpreter
+                if config.strict():
+                    raise
+                log.exception("fusionstitch: could not generate a program's per-call code; "
+                              "it keeps the interpreter (as slow, as correct)")
+        return out
+
+    def use_generated(self, on: bool) -> None:
+        """Run the generated per-call code (built at the next call) or the interpreter
+        for every call: the A/B of bench/overhead.py, and tests. Code generated before
+        is kept for when it is turned on again."""
+        if on:
+            self._fast = self._fast or self._off
+            self._generate = self._fast is None
+        else:
+            self._off = self._fast or self._off
+            self._fast = None
+            self._generate = False
+
+    @property
+    def generated_source(self) -> str | None:
+        """The Python source the program runs per call, once generated."""
+        return getattr(self._fast, "source", None)
 
     def _run(self, inputs: list[torch.Tensor], pool: dict | None,
              symbols: tuple = ()) -> list[Any]:

@@ -1,0 +1,195 @@
+"""A Program's per-call code, generated once: one straight-line Python function.
+
+`Program._run` interprets its plan on every call: a loop over steps that tests each
+step's kind, fills each torch op's argument templates recursively (`_fill`), builds
+each kernel's input list and syms in a loop, and counts launches as it goes. That
+interpretation is the same at every call of a program, so after its first call (which
+checks the values torch returns against the graph's types, `Program._conform`, and
+works out each static kernel's syms) the program writes it out once as Python source
+and runs that from then on, as Inductor's wrapper code does:
+
+    def run(inputs, pool, sizes):
+        values = [None] * 12
+        values[0], values[1] = inputs
+        a0 = values[0]
+        o0 = empty(S0, dtype=D0, device=DEV)
+        K0.run([a0, o0], Y0)              # a static kernel: syms fixed at the first call
+        values[5] = o0
+        values[7] = F2_0(values[5], A2_0) # an op run through torch, arguments in place
+        values[5] = None                  # dead after its last reader
+        K3(values, pool)                  # a kernel that needs the general launch
+        BUMP()                            # the counters' increments of one call, at once
+        return [values[7]]
+
+Behaviour is the program's own: the same steps in the same order, the same values
+dropped after the same steps (recyclable ones through `Program._drop`, so the pool
+sees what it saw), the same counters bumped by the same amounts (fallbacks included),
+the same outputs. A kernel launch is written inline only where `KernelStep.__call__`
+would take its simplest path every call (static syms known, no output stored into an
+input, no recycled output, no tuple element); the others call the step as before.
+Anything else the interpreter does only on a first call (conforming dtypes) is done
+by then: an op it wrapped is the op the source calls.
+
+FUSIONSTITCH_WRAPPER=0 keeps the interpreter (`Program._run`) for every call.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from ..config import env_flag_default
+from ..fusion.plan import KERNEL, LIBRARY
+from . import counters
+
+
+def enabled() -> bool:
+    return env_flag_default("FUSIONSTITCH_WRAPPER", True)
+
+
+class _Source:
+    """Lines of the function and the objects its names stand for."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.names: dict[str, Any] = {}
+
+    def name(self, prefix: str, obj: Any) -> str:
+        n = f"{prefix}{len(self.names)}"
+        self.names[n] = obj
+        return n
+
+    def expr(self, template: Any, slot_type: type) -> str:
+        """Source of a filled argument template (program.py's `_fill`): slots read
+        `values`, lists are built anew each call, anything else is a bound constant."""
+        if isinstance(template, slot_type):
+            return f"values[{template.index}]"
+        if isinstance(template, list):
+            return "[" + "".join(self.expr(t, slot_type) + ", " for t in template) + "]"
+        if template is None or type(template) in (bool, int):
+            return repr(template)
+        return self.name("A", template)
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " + line)
+
+
+def _inline(step) -> bool:
+    """Whether the launch of `step` (a KernelStep) can be written out: static syms known,
+    no tuple element among its outputs, and outputs stored into inputs only as the step
+    remembered them (checked per call: the same storages, else the step's own launch)."""
+    return (step.static and not step.symbolic and step.fixed_syms() is not None
+            and (not step.into or step.fixed_into() is not None)
+            and all(element is None for _, element, _, _ in step.outputs))
+
+
+def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) -> Callable:
+    """`run(inputs, pool, sizes)` for `program` (a Program after its first call):
+    `inputs` its tensor inputs (exactly one per parameter), `pool` its call's recycling
+    pool or None, `sizes` the values of a symbolic program's size slots (`symbolic`) or
+    None. `drop`: the program's `_drop`; `pick`: every output is a value's slot."""
+    src = _Source()
+    src.emit(f"values = [None] * {program.num_slots}")
+    if symbolic:
+        src.emit("values.extend(sizes)")
+    if program.param_slots:
+        src.emit("".join(f"values[{s}], " for s in program.param_slots) + "= inputs")
+    for slot, t in program.constants:
+        src.emit(f"values[{slot}] = {src.name('C', t)}")
+    recycled = program.recycled
+    drop = src.name("DROP", drop)
+    kernels = library = 0
+
+    def drops(dead, i: int) -> None:
+        if not dead:
+            return
+        if any(d in recycled for d in dead):
+            src.emit(f"{drop}(values, {src.name('D', tuple(dead))}, pool, {i})")
+        else:
+            src.emit("".join(f"values[{d}] = " for d in dead) + "None")
+
+    for i, (kind, ops) in enumerate(program.steps):
+        if kind == "generated":
+            step, dead = ops
+            kernels += 1
+            if _inline(step) and not (recycled and step.pooled):
+                _launch(src, step)
+            else:
+                src.emit(f"{src.name('K', step)}(values, pool)")
+            drops(dead, i)
+            continue
+        for slot, fn, args, kwargs, dead in ops:
+            call = ", ".join([src.expr(a, slot_type) for a in args] +
+                             [f"{k}={src.expr(v, slot_type)}" for k, v in kwargs.items()])
+            src.emit(f"values[{slot}] = {src.name('F', fn)}({call})")
+            drops(dead, i)
+        if kind == KERNEL:
+            kernels += 1
+        elif kind == LIBRARY:
+            library += 1
+        # `unbuilt` groups: counted in num_fallback_calls, as _run counts them
+    increments = {"kernels_launched": kernels, "library_calls": library}
+    if program.num_fallback_calls:
+        increments["fallbacks"] = program.num_fallback_calls
+    src.emit(f"{src.name('BUMP', counters.bumper(increments))}()")
+    if pick:
+        src.emit("return [" + "".join(f"values[{o.index}], " for o in program.outputs) + "]")
+    else:
+        src.emit("return [" + "".join(src.expr(o, slot_type) + ", "
+                                      for o in program.outputs) + "]")
+    text = "def run(inputs, pool, sizes):\n" + "\n".join(src.lines) + "\n"
+    namespace = dict(src.names)
+    namespace["empty"] = torch.empty
+    exec(compile(text, f"<fusionstitch program {id(program):x}>", "exec"), namespace)
+    run = namespace["run"]
+    run.source = text      # type: ignore[attr-defined]
+    return run
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _launch(src: _Source, step) -> None:
+    """A static kernel's launch inline (KernelStep.__call__'s path for a static step).
+    A step that stores outputs into inputs (runtime/inplace.py) takes the choice it
+    remembered when the inputs are on the storages it was made for (as the step itself
+    does), and otherwise launches as a step (which checks again)."""
+    args = []
+    for k, (slot, element) in enumerate(step.inputs):
+        a = f"a{k}"
+        src.emit(f"{a} = values[{slot}]" + ("" if element is None else f"[{element!r}]"))
+        args.append(a)
+    into = dict(step.fixed_into()[1]) if step.into else {}
+    pad = ""
+    if step.into:
+        ptrs, chosen = step.fixed_into()
+        sp = src.name("SP", _storage_ptr)
+        src.emit(f"if [{''.join(f'{sp}({a}), ' for a in args)}] == {src.name('P', list(ptrs))}:")
+        pad = "    "
+        if chosen:
+            bump = counters.bumper({"inplace_writes": len(chosen)})
+            src.emit(f"{pad}{src.name('BUMP', bump)}()")
+    device = src.name("DEV", step.device)
+    outs = []
+    for k, ((_, _, shape, _), dt) in enumerate(zip(step.outputs, step.torch_dtype)):
+        if k in into:
+            src.emit(f"{pad}o{k} = values[{into[k]}]")
+        else:
+            src.emit(f"{pad}o{k} = empty({src.name('S', tuple(shape))}, "
+                     f"dtype={src.name('T', dt)}, device={device})")
+        outs.append(f"o{k}")
+    scratch = []
+    for k, (shape, dt) in enumerate(step.scratch):
+        src.emit(f"{pad}s{k} = empty({src.name('S', shape)}, dtype={src.name('T', dt)}, "
+                 f"device={device})")
+        scratch.append(f"s{k}")
+    # `.run` read at each call, as KernelStep reads it (a test or a profiler may wrap it)
+    name = src.name("K", step)
+    src.emit(f"{pad}{name}.run([{', '.join(args + outs + scratch)}], "
+             f"{src.name('Y', step.fixed_syms())})")
+    for (slot, _, _, _), o in zip(step.outputs, outs):
+        src.emit(f"{pad}values[{slot}] = {o}")
+    if step.into:
+        src.emit("else:")
+        src.emit(f"    {name}(values, pool)")

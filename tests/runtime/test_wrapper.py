@@ -1,0 +1,202 @@
+"""The generated per-call code of a Program (runtime/wrapper.py): the same results, the
+same counters and the same drops as the interpreter it replaces from the second call."""
+import shutil
+
+import pytest
+import torch
+
+import fusionstitch
+from fusionstitch.fusion import make_plan
+from fusionstitch.ir.text import parse
+from fusionstitch.runtime import wrapper
+from fusionstitch.runtime.program import Program
+
+TARGETS = ["interpret"] + (["cpu"] if shutil.which("g++") else [])
+
+# kernels, a library call (cumsum), a fallback (an op outside the IR: fft), a view run
+# through torch, a tuple result read by getitem, an input returned, a number returned
+_GRAPH = """graph g(%a: f32[4,8], %b: f32[8]) {
+  %e: f32[4,8] = exp.default(%a)
+  %c: f32[4,8] = cumsum.default(%e, 1)
+  %s: f32[4,8] = add.Tensor(%c, %b)
+  %t: f32[8,4] = permute.default(%s, [1, 0])
+  %m: (f32[8], i64[8]) = max.dim(%t, 1)
+  %v: f32[8] = getitem(%m, 0)
+  %i: i64[8] = getitem(%m, 1)
+  %r: f32[8] = relu.default(%v)
+  return (%r, %i, %t, %a, 3)
+}"""
+
+
+def _inputs():
+    return [torch.randn(4, 8), torch.randn(8)]
+
+
+def _counts() -> dict:
+    s = fusionstitch.stats()
+    return {k: s[k] for k in ("kernels_launched", "library_calls", "fallbacks")}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_generated_code_gives_the_interpreters_results_and_counts(target):
+    g = parse(_GRAPH)
+    generated = Program(make_plan(g, "stitch", target), target=target)
+    interpreted = Program(make_plan(g, "stitch", target), target=target)
+    interpreted.use_generated(False)
+    args = _inputs()
+    want = None
+    for _ in range(3):
+        fusionstitch.reset_stats()
+        got = generated(list(args))
+        counts = _counts()
+        assert generated.generated_source is not None, "written out by the first call"
+        fusionstitch.reset_stats()
+        ref = interpreted(list(args))
+        assert _counts() == counts, "every launch, library call and fallback counted alike"
+        assert counts["kernels_launched"] == generated.num_kernels
+        assert counts["library_calls"] == generated.num_library_calls
+        assert counts["fallbacks"] == generated.num_fallback_calls
+        assert interpreted.generated_source is None
+        for x, y in zip(got, ref):
+            if isinstance(x, torch.Tensor):
+                assert torch.equal(x, y)
+            else:
+                assert x == y
+        assert got[3] is args[0], "an input returned is the input itself"
+        want = want or [t.clone() if isinstance(t, torch.Tensor) else t for t in got]
+    e = args[0].exp().cumsum(1) + args[1]
+    torch.testing.assert_close(want[0], e.t().max(1).values.relu())
+    assert torch.equal(want[1], e.t().max(1).indices)
+
+
+def test_a_fallback_in_the_generated_code_is_still_counted():
+    """An op outside fusionstitch's IR runs through torch and counts as a fallback at
+    every call, generated code or not."""
+    g = parse("""graph g(%a: f32[4,8]) {
+  %e: f32[4,8] = exp.default(%a)
+  %f: c64[4,5] = _fft_r2c.default(%e, [1], 0, True)
+  return (%f)
+}""")
+    prog = Program(make_plan(g, "stitch", "interpret"), target="interpret")
+    assert prog.num_fallback_calls == 1
+    a = torch.randn(4, 8)
+    for _ in range(3):
+        fusionstitch.reset_stats()
+        out = prog([a])
+        assert fusionstitch.stats()["fallbacks"] == 1
+        torch.testing.assert_close(out[0], torch.fft.rfft(a.exp()))
+    assert prog.generated_source is not None and "BUMP" in prog.generated_source
+
+
+def test_generated_code_frees_what_the_interpreter_frees():
+    """Values die after the same steps: the code writes None where the plan drops them."""
+    g = parse("""graph g(%a: f32[16]) {
+  %x: f32[16] = exp.default(%a)
+  %y: f32[16] = cumsum.default(%x, 0)
+  %z: f32[16] = cumsum.default(%y, 0)
+  return (%z)
+}""")
+    prog = Program(make_plan(g, "stitch", "interpret"), target="interpret")
+    a = torch.randn(16)
+    prog([a])
+    src = prog.generated_source
+    dead = {slot for _, ops in prog.steps if _ != "generated" for *_, d in ops for slot in d}
+    dead |= {slot for kind, ops in prog.steps if kind == "generated" for slot in ops[1]}
+    assert dead and all(f"values[{s}] = " in src and "None" in src for s in dead)
+    torch.testing.assert_close(prog([a])[0], a.exp().cumsum(0).cumsum(0))
+
+
+def test_knob_keeps_the_interpreter(monkeypatch):
+    monkeypatch.setenv("FUSIONSTITCH_WRAPPER", "0")
+    assert not wrapper.enabled()
+    prog = Program(make_plan(parse(_GRAPH), "stitch", "interpret"), target="interpret")
+    for _ in range(2):
+        prog(_inputs())
+    assert prog.generated_source is None
+
+
+def test_use_generated_toggles_and_keeps_the_code():
+    prog = Program(make_plan(parse(_GRAPH), "stitch", "interpret"), target="interpret")
+    prog(_inputs())
+    src = prog.generated_source
+    assert src is not None
+    prog.use_generated(False)
+    prog(_inputs())
+    assert prog.generated_source is None
+    prog.use_generated(True)
+    assert prog.generated_source == src
+
+
+def test_a_failure_to_generate_keeps_the_interpreter(monkeypatch, caplog):
+    def broken(*a, **k):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(wrapper, "build", broken)
+    monkeypatch.delenv("FUSIONSTITCH_STRICT", raising=False)
+    prog = Program(make_plan(parse(_GRAPH), "stitch", "interpret"), target="interpret")
+    args = _inputs()
+    first = prog(list(args))
+    second = prog(list(args))
+    assert prog.generated_source is None
+    assert torch.equal(first[0], second[0])
+    assert "could not generate" in caplog.text
+    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
+    prog = Program(make_plan(parse(_GRAPH), "stitch", "interpret"), target="interpret")
+    with pytest.raises(RuntimeError, match="boom"):
+        prog(list(args))
+
+
+@pytest.mark.skipif("cpu" not in TARGETS, reason="needs a C++ compiler")
+def test_a_static_kernel_is_launched_inline_and_a_wrapped_run_is_seen():
+    """A static kernel's launch is written out (its syms fixed by the first call), and
+    reads the step's `run` at each call, so wrapping it (a profiler, a test) still works."""
+    g = parse("""graph g(%a: f32[4,8]) {
+  %e: f32[4,8] = exp.default(%a)
+  return (%e)
+}""")
+    prog = Program(make_plan(g, "stitch", "cpu"), torch.device("cpu"), "cpu", static=True)
+    a = torch.randn(4, 8)
+    prog([a])
+    assert ".run([" in prog.generated_source
+    [step] = prog.kernel_steps.values()
+    seen = []
+    run = step.run
+    step.run = lambda buffers, syms: (seen.append(len(buffers)), run(buffers, syms))
+    torch.testing.assert_close(prog([a])[0], a.exp())
+    assert seen == [2]
+
+
+@pytest.mark.skipif("cpu" not in TARGETS, reason="needs a C++ compiler")
+def test_in_place_writes_in_generated_code_follow_the_storages(tmp_path, monkeypatch):
+    """An optimizer step stores new values into its parameters. The generated code takes
+    the choice the step remembered only for the same storages: the same parameters write
+    in place (counted), other parameters (new storages) launch as a step that decides
+    again; every call equals eager."""
+    monkeypatch.setenv("FUSIONSTITCH_CACHE_DIR", str(tmp_path))
+    torch._dynamo.reset()
+
+    def step(ps, gs, ms):
+        for p, g, m in zip(ps, gs, ms):
+            m.mul_(0.9).add_(g)
+            p.add_(m, alpha=-0.1)
+
+    def make(seed):
+        torch.manual_seed(seed)
+        shapes = [(16, 8), (8,)]
+        return [[torch.randn(s) for s in shapes] for _ in range(3)]
+    graphs = []
+    comp = torch.compile(step, backend=fusionstitch.backend(target="cpu", _sink=graphs))
+    for seed in (0, 0, 1):    # twice on one set of storages, then on new ones
+        got, want = make(seed), make(seed)
+        for call in range(3):
+            ptrs = [p.data_ptr() for p in got[0]]
+            fusionstitch.reset_stats()
+            with torch.no_grad():
+                comp(*got)
+            step(*want)
+            assert fusionstitch.stats()["inplace_writes"] == 4, (seed, call)
+            assert [p.data_ptr() for p in got[0]] == ptrs
+            for xs, ys in zip(got, want):
+                for x, y in zip(xs, ys):
+                    torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-6)
+    [prog] = [s.program for g in graphs for s in g.specialisations.values()]
+    assert "else:" in prog.generated_source, "the remembered storages are checked per call"
