@@ -1,6 +1,6 @@
 """Steady-state cost of differentiating inside a compiled function.
 
-    python -m bench.autograd_inside [--backends fusionstitch,inductor] [--repeat N]
+    python -m bench.autograd_inside [--backends fusionstitch,inductor,eager] [--repeat N]
                                     [--threads N] [--out DIR]
 
 Each workload comes in two forms that compute the same thing:
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.autograd_inside", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workloads", default=",".join(WORKLOADS))
-    p.add_argument("--backends", default="fusionstitch,inductor")
+    p.add_argument("--backends", default="fusionstitch,inductor,eager")
     p.add_argument("--repeat", type=int, default=50)
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: steady on a shared machine)")
@@ -338,6 +338,11 @@ def markdown(result: dict) -> str:
              result["table"], ""]
     if result["missed"]:
         lines += ["Missed: " + "; ".join(result["missed"]), ""]
+    if "eager" in result["table"].split("\n", 1)[0].split("| eager ms |", 1)[-1]:
+        lines += ["The `eager` backend is Dynamo with no compiler (each captured graph runs "
+                  "as torch ran it): its inner/outer is the cost of the graph break and the "
+                  "extra graphs alone, a floor no backend goes under; `aot_eager` adds "
+                  "AOTAutograd's runtime wrappers.", ""]
     lines += ["```", json.dumps(meta, indent=1), "```", ""]
     return "\n".join(lines)
 
