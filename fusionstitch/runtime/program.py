@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import partial
-from operator import itemgetter
+from operator import getitem, itemgetter
 from typing import Any
 
 import torch
@@ -373,13 +373,9 @@ def _convert(value: Any, convert: tuple) -> Any:
     return tuple(out)
 
 
-def _getitem(seq, index):
-    return seq[index]
-
-
-def _reshape(x: torch.Tensor, shape) -> torch.Tensor:
-    return x.reshape(shape)
-
+# Both bound as torch's own C functions: no Python frame per call of a program's op.
+_getitem = getitem
+_reshape = torch.Tensor.reshape
 
 # The IR's views are logical (a reshape in row-major order); the graph's `view` calls
 # were valid for the layouts torch had when it traced them. A library call may return

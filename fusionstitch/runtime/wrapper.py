@@ -121,7 +121,7 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
         for slot, fn, args, kwargs, dead in ops:
             call = ", ".join([src.expr(a, slot_type) for a in args] +
                              [f"{k}={src.expr(v, slot_type)}" for k, v in kwargs.items()])
-            src.emit(f"values[{slot}] = {src.name('F', fn)}({call})")
+            src.emit(f"values[{slot}] = {src.name('F', direct(fn))}({call})")
             drops(dead, i)
         if kind == KERNEL:
             kernels += 1
@@ -144,6 +144,16 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
     run = namespace["run"]
     run.source = text      # type: ignore[attr-defined]
     return run
+
+
+def direct(fn: Callable) -> Callable:
+    """What the source calls for op `fn`: an aten OpOverload's own operator object, the
+    one `OpOverload.__call__` forwards to (`self._op(*args, **kwargs)`), so each op run
+    through torch costs one C call and no Python frame (a program runs tens per call);
+    anything else (a wrapper from `_conform`, a C function) as it is."""
+    if type(fn) is torch._ops.OpOverload:
+        return fn._op
+    return fn
 
 
 def _storage_ptr(t: torch.Tensor) -> int:

@@ -200,3 +200,22 @@ def test_in_place_writes_in_generated_code_follow_the_storages(tmp_path, monkeyp
                     torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-6)
     [prog] = [s.program for g in graphs for s in g.specialisations.values()]
     assert "else:" in prog.generated_source, "the remembered storages are checked per call"
+
+
+def test_ops_run_through_torch_are_called_without_a_python_frame():
+    """The generated code calls an aten op's C operator object (what OpOverload.__call__
+    forwards to), not the OpOverload, and views and getitem as torch's C functions: tens
+    of such ops per call in a model, each a Python frame otherwise. Results as before."""
+    g = parse(_GRAPH)
+    prog = Program(make_plan(g, "stitch", TARGETS[-1]), target=TARGETS[-1])
+    args = _inputs()
+    first = prog(list(args))
+    called = {n: f for n, f in prog._fast.__globals__.items() if n.startswith("F")}
+    assert called, "the graph runs ops through torch"
+    assert not [f for f in called.values() if isinstance(f, torch._ops.OpOverload)]
+    assert not [f for f in called.values()
+                if getattr(f, "__code__", None) is not None
+                and f.__code__.co_filename.endswith("program.py")]
+    second = prog(list(args))
+    for x, y in zip(first, second):
+        assert torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
