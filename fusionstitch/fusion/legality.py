@@ -26,15 +26,6 @@ SCATTER_OPS = frozenset({
 # (the 2019 paper's "large gemm" partition ops).
 MAX_FUSED_GEMM_DIM = 64
 
-# Targets whose code generator emits GEMMs inside fused kernels: the Triton printer's dot
-# stages (codegen/batch.py, tl.dot), on the GPU and in Triton's interpreter. The C++
-# printer has none, so on `cpu` GEMMs stay library calls and the plan the planner picks
-# is the plan that runs.
-GEMM_FUSING_TARGETS: frozenset[str] = frozenset({"cuda", "interpret"})
-
-
-def gemms_fusible(target: str) -> bool:
-    return target in GEMM_FUSING_TARGETS
 
 
 @dataclass(frozen=True)
@@ -114,12 +105,8 @@ def check_group(graph: Graph, names, reach: Reachability, *,
     return Decision.allow()
 
 
-def staged_limit(target: str) -> int:
-    """Bytes one program may move in a staged kernel on `target`: what it moves within one
-    launch latency at one program's bandwidth, so that the one launch it saves pays for
-    running on one core. 0 on targets without block composition (cpu)."""
-    if not gemms_fusible(target):
-        return 0
-    from ..analysis.cost import device_spec
-    d = device_spec(target)
-    return int(d.launch_latency.value * d.program_bandwidth.value)
+def staged_limit(target) -> int:
+    """Bytes one program may move in a staged kernel on `target` (a Target or its name):
+    `Target.staged_bytes`."""
+    from ..targets import resolve
+    return resolve(target).staged_bytes

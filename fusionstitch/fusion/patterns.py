@@ -48,15 +48,6 @@ EXPLORE_MAX_OPERANDS = 10
 PACK_MAX_BYTES = 256 << 20
 PACK_MAX_OPS = MAX_PATTERN_OPS
 
-
-# XLA's code-duplication rule, in our terms: a fused kernel may recompute (values re-derived
-# in each loop over a row, both sides of a concat's select) up to this factor of its parts'
-# own ops. Applied to the cpu target, where it was measured (cartpole 0.10x -> 2.1x eager,
-# softmax_chain 0.26x -> 0.76x); GPUs have arithmetic to spare and are not measured yet.
-MAX_RECOMPUTE = {"cpu": 3.0}
-# Targets whose code generator keeps values in row buffers across the loops of a
-# reduction (codegen/rowbuf.py): work read back from one is not recomputation.
-ROW_BUFFER_TARGETS = frozenset({"cpu"})
 _BRANCHING = frozenset({"cat.default", "constant_pad_nd.default"})
 _FREE_CATEGORIES = (Category.RESHAPE, Category.TRANSPOSE, Category.TUPLE, Category.BROADCAST)
 
@@ -110,8 +101,9 @@ class Legality:
 
 
     def _lowers(self, key) -> Decision:
-        from ..codegen.lower import Unsupported, lower_cached
+        from ..codegen.lower import Unsupported
         from ..codegen.lowerings import SUPPORTED_OPS
+        from .codegen_legal import tentative_lower
         graph = self.graph
         missing = next((n for n in key if graph[n].op not in SUPPORTED_OPS), None)
         if missing is not None:
@@ -130,7 +122,7 @@ class Legality:
                     return d
             return Decision.allow()
         try:
-            k = lower_cached(self.graph, sorted(key, key=self.position.__getitem__))
+            k = tentative_lower(self.graph, sorted(key, key=self.position.__getitem__))
         except Unsupported as e:
             return Decision.forbid(f"the code generator cannot lower it: {e}")
         if not self.max_recompute:

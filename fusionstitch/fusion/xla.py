@@ -83,10 +83,11 @@ HORIZONTAL_MAX_OPS = 30
 HORIZONTAL_MAX_PARAMS = 4000 // 8
 
 
-def plan_xla(graph: Graph, target: str) -> FusionPlan:
-    """Plan `graph` with XLA's GPU fusion passes (whose limits do not depend on `target`)."""
+def plan_xla(graph: Graph, target) -> FusionPlan:
+    """Plan `graph` with XLA's GPU fusion passes (whose limits do not depend on `target`,
+    a Target or its name)."""
     from .trace import PlanTrace
-    part = Partition(graph, fuel=_fuel(), trace=PlanTrace("xla", target))
+    part = Partition(graph, fuel=_fuel(), trace=PlanTrace("xla", str(target)))
     instruction_fusion(part)   # vertical: each producer into the one kernel of all its users
     fusion_merger(part)        # producer kernels into their only consumer, if bytes don't grow
     multi_output_fusion(part)  # siblings share input reads; producers fold into a consumer
