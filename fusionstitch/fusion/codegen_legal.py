@@ -15,6 +15,7 @@ import logging
 from ..codegen.lower import Unsupported, lower_group
 from ..config import elide_half_casts
 from ..runtime.cache import register_memory_cache
+from ..targets import resolve
 from .plan import KERNEL, LIBRARY, FusionPlan, Group, node_kind
 
 log = logging.getLogger("fusionstitch.codegen")
@@ -58,7 +59,9 @@ def _lower(graph, nodes, target) -> None:
 
 
 def legalize(plan: FusionPlan, target) -> FusionPlan:
-    """`plan` with every kernel group lowering on `target` (a targets.Target)."""
+    """`plan` with every kernel group lowering on `target` (a targets.Target, or its
+    name)."""
+    target = resolve(target)
     graph = plan.graph
     trace = plan.trace
     out: list[Group] = []
