@@ -25,6 +25,7 @@ import contextlib
 from dataclasses import dataclass, field, replace
 
 from ..ir.graph import CONSTANT, PARAMETER, Graph, TensorType, TupleType
+from ..ir.ops import TWO_PASS_REDUCTIONS
 from ..ir.symbolic import FloatDim, is_symbolic, make, recording
 from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, component_space,
                                   components, escaping_values)
@@ -367,7 +368,7 @@ def _levels(L: Lowerer, reductions: list[str]) -> dict[str, int]:
     return level
 
 
-_TWO_PASS = frozenset({"var_mean.correction", "var.correction", "var.dim", "std.correction"})
+_TWO_PASS = TWO_PASS_REDUCTIONS   # a flag of the op table (ir/ops.py)
 
 
 def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:

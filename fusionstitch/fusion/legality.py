@@ -9,17 +9,9 @@ from dataclasses import dataclass
 
 from ..analysis.reach import Reachability
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Node
-from ..ir.ops import Category, lookup
-from ..schedule.propagate import (FUSIBLE_DOTS, SIMPLE_REDUCTIONS, Inconsistent, dot_dims,
-                                  group_spaces)
+from ..ir.ops import FUSIBLE_DOTS, SCATTER_OPS, SIMPLE_REDUCTIONS, Category, lookup
+from ..schedule.propagate import Inconsistent, dot_dims, group_spaces
 
-# Ops that write data-dependent positions (scatter-like): each runs as its own kernel,
-# since fusing them needs atomics or a second pass the code generators do not have.
-SCATTER_OPS = frozenset({
-    "scatter.src", "scatter.value", "scatter_add.default", "scatter_reduce.two",
-    "index_put.default", "index_add.default", "_unsafe_index_put.default",
-    "embedding_dense_backward.default", "as_strided_scatter.default",
-})
 # Largest GEMM tile (m, n and k, per batch entry) fused with block composition: a tile
 # of this size (3 x 64 x 64 fp32 = 48 KiB) fits one block's shared memory on the GPU,
 # where a vendor GEMM would be launch-bound anyway. Larger GEMMs stay library calls

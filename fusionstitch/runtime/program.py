@@ -368,7 +368,7 @@ def _demoted(plan: FusionPlan, target: Target):
     random ops (eager's RNG stream is kept by letting torch draw)."""
     if not target.generates_kernels:
         return
-    from ..schedule.propagate import FUSIBLE_DOTS
+    from ..ir.ops import FUSIBLE_DOTS
     graph = plan.graph
     for g in plan.groups:
         if g.kind == LIBRARY and len(g.nodes) == 1:

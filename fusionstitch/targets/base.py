@@ -66,7 +66,7 @@ class Target:
         order), else why not. `lower(graph, nodes)`: the lowering to try (planning
         passes its memoised one); by default `lower`."""
         from ..codegen.lower import Unsupported
-        from ..schedule.propagate import FUSIBLE_DOTS
+        from ..ir.ops import FUSIBLE_DOTS
         if not self.generates_kernels:
             return f"target {self.name!r} generates no kernels"
         if not self.gemm_fusing:

@@ -33,7 +33,6 @@ BACK_EDGES: dict[tuple[str, str], str] = {}
 _CODEGEN = "codegen-internal helper shared between printers; public in the codegen split"
 PRIVATE_IMPORTS = {
     ("fusionstitch.codegen.batch", "fusionstitch.codegen.lower", "_Scope"): _CODEGEN,
-    ("fusionstitch.codegen.batch", "fusionstitch.codegen.lower", "_TWO_PASS"): _CODEGEN,
     ("fusionstitch.codegen.batch", "fusionstitch.codegen.lower", "_strip"): _CODEGEN,
     ("fusionstitch.codegen.batch", "fusionstitch.codegen.lower", "_tensor_parts"): _CODEGEN,
     ("fusionstitch.codegen.cpu_reduce", "fusionstitch.codegen.cpu", "_simd_safe"): _CODEGEN,
