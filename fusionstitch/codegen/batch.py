@@ -31,10 +31,11 @@ legalisation splits it): never a race.
 from __future__ import annotations
 
 from ..ir.graph import TensorType
+from ..ir.ops import LOGICAL_RESHAPES, TWO_PASS_REDUCTIONS
 from ..schedule.propagate import FUSIBLE_DOTS, SIMPLE_REDUCTIONS, dot_dims, reduced_dims
 from . import expr as E
 from .kernel import Buffer, Component, Dot, Load, Loop, Store
-from .lower import (_TWO_PASS, Lowerer, Unsupported, _Scope, _strip, _tensor_parts,
+from .lower import (Lowerer, Unsupported, _Scope, _strip, _tensor_parts,
                     canonical_index, compute_dtype, unravel_shape)
 
 B = E.Var("b")   # the batch entry of the program
@@ -292,7 +293,7 @@ def _reduce_stage(L: Lowerer, name: str, stored: set) -> Component:
         width *= shape[d]
     L.extent = {"x": rows // L.batch, "r": width}
     loops = []
-    for p in range(2 if node.op in _TWO_PASS else 1):
+    for p in range(2 if node.op in TWO_PASS_REDUCTIONS else 1):
         L.scope = _Scope()
         L.mask = L.op("and", ("xmask", "rmask"), "b8")
         results = reduction_loop_bodies(L, name, p, idx)
@@ -346,9 +347,8 @@ def _store_stage(L: Lowerer, rest) -> Component:
 # Ops whose value is their operand's, re-indexed one to one: an output laid out across the
 # batch entries (the [batch * seq, heads * dim] view of attention's [batch * heads, seq, dim]
 # result) is stored from its source's part, at the positions it maps them to.
-_RESHAPES = frozenset({"view.default", "_unsafe_view.default", "reshape.default", "squeeze.dim",
-                       "squeeze.dims", "squeeze.default", "unsqueeze.default", "clone.default",
-                       "alias.default"})
+# the logical reshapes of the op table (ir/ops.py), and a clone (the same elements)
+_RESHAPES = LOGICAL_RESHAPES | {"clone.default"}
 _PERMUTES = frozenset({"permute.default", "transpose.int", "t.default"})
 
 

@@ -24,13 +24,12 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field, replace
 
-from ..config import elide_half_casts
 from ..ir.graph import CONSTANT, PARAMETER, Graph, TensorType, TupleType
+from ..ir.ops import TWO_PASS_REDUCTIONS
 from ..ir.symbolic import FloatDim, is_symbolic, make, recording
 from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, component_space,
                                   components, escaping_values)
 from ..schedule.propagate import type_numel as _numel
-from ..runtime.cache import register_memory_cache
 from . import expr as E
 from .kernel import (DTYPES, Buffer, Component, Constant, Index, Kernel, Load, Loop, Op,
                      Reduce, Store)
@@ -369,7 +368,7 @@ def _levels(L: Lowerer, reductions: list[str]) -> dict[str, int]:
     return level
 
 
-_TWO_PASS = frozenset({"var_mean.correction", "var.correction", "var.dim", "std.correction"})
+_TWO_PASS = TWO_PASS_REDUCTIONS   # a flag of the op table (ir/ops.py)
 
 
 def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
@@ -587,30 +586,3 @@ def _check_dtypes(graph: Graph, names) -> None:
 def _natural(name: str):
     import re
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-
-_CACHE: dict[tuple, tuple] = {}
-register_memory_cache(_CACHE.clear)
-_CACHE_MAX = 50_000
-
-
-def lower_cached(graph: Graph, names) -> Kernel:
-    """lower_group, remembered per (graph object, nodes): planning and the runtime share it.
-
-    Failures are remembered too (re-raised with the same message)."""
-    # the knob changes what a conversion to a half type lowers to (lowerings._converted)
-    key = (id(graph), tuple(names), elide_half_casts())
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0] is graph:
-        if isinstance(hit[1], Unsupported):
-            raise Unsupported(str(hit[1]))
-        return hit[1]
-    if len(_CACHE) > _CACHE_MAX:
-        _CACHE.clear()
-    try:
-        k = lower_group(graph, names, "kernel")
-    except Unsupported as e:
-        _CACHE[key] = (graph, e)
-        raise
-    _CACHE[key] = (graph, k)
-    return k

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
 from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
@@ -25,14 +24,13 @@ from typing import Any, Callable
 import torch
 
 from .. import config
-from ..fusion import make_plan
+from ..compile import Request, compile_graph
+from ..fusion.lowered import LoweredPlan
 from ..fusion.plan import FusionPlan
 from ..ir.graph import Graph
-from ..passes.pipeline import canonicalize
 from ..runtime import counters as _stats
 from ..runtime.program import Program
-from ..report.debug import dumper
-from ..ir import symbolic
+from ..targets import resolve
 from . import dynamic, graph_cache, precompile
 from .decompositions import decompositions
 from .fx_to_ir import Unsupported, fx_to_ir, input_specs
@@ -88,6 +86,7 @@ class Specialisation:
     # a program for every size under its guards (frontend/dynamic.py): `run` takes the
     # call's whole argument list, and `guarded` says which calls it serves
     guarded: Any = None
+    lowered: LoweredPlan | None = None   # the kernels of the plan's kernel groups
 
     @property
     def symbolic(self) -> bool:
@@ -251,37 +250,41 @@ class CompiledGraph:
         if device is not None and device.type not in ("cpu", "cuda") and self.execute:
             raise Unsupported(f"inputs on device {device.type}: no fusionstitch target "
                               "runs there")
-        guards = symbolic.Guards()
-        hints = None
-        # sizes compared while the graph is translated and canonicalised are guards
-        # (ir/symbolic.py); planning and code printing take the hints and record none
-        with symbolic.recording(guards):
+
+        def translate() -> Graph:   # the driver's frontend stage
+            hints = None
             if binding is not None:
                 hints = binding.hints(args)
                 specs = binding.specs(args, hints)
             else:
                 specs = input_specs(args)
-            graph = fx_to_ir(self.gm, specs, self.name, hints=hints)
-            dump = dumper(self.name, self.options.strategy, target)
-            if dump:
-                dump("frontend", graph)
-            start = time.perf_counter()
-            canon = canonicalize(graph, verify=config.verify_enabled() and binding is None,
-                                 dump=dump)
-        with symbolic.suspended():
-            plan = make_plan(canon, self.options.strategy, target)
-            seconds = time.perf_counter() - start
-            if dump:
-                dump(f"{plan.strategy}_plan", plan)
-            # placeholder number -> parameter number (numbers do not become parameters)
-            param_of = {j: k for k, j in enumerate(
-                j for j, a in enumerate(args) if isinstance(a, torch.Tensor))}
-            # (a symbolic program writes no input in place: AOTAutograd copies them back)
-            mutated = [(i, param_of[j]) for i, j in self.mutated
-                       if j in param_of] if binding is None else []
-            program = Program(plan, device, target if self.execute else "torch", mutated,
-                              static=bool(self._static),
-                              symbols=binding.symbols if binding is not None else None)
+            return fx_to_ir(self.gm, specs, self.name, hints=hints)
+
+        # placeholder number -> parameter number (numbers do not become parameters)
+        param_of = {j: k for k, j in enumerate(
+            j for j, a in enumerate(args) if isinstance(a, torch.Tensor))}
+        # (a symbolic program writes no input in place: AOTAutograd copies them back)
+        mutated = [(i, param_of[j]) for i, j in self.mutated
+                   if j in param_of] if binding is None else []
+        req = Request(
+            self.name, self.options.strategy, resolve(target), translate,
+            execute=self.execute, device=device, mutated=mutated, static=bool(self._static),
+            symbols=binding.symbols if binding is not None else None,
+            verify=config.verify_enabled() and binding is None, accept=self._accept,
+            runner=(lambda p: _symbolic_runner(p, binding)) if binding is not None else None,
+            cuda_graph_inputs=[a for a in args if isinstance(a, torch.Tensor)]
+            if binding is None and self.options.cuda_graphs else None)
+        done = compile_graph(req)
+        program = done.program
+        guarded = dynamic.Guarded(binding, req.guards | program.guards) \
+            if binding is not None else None
+        return Specialisation(done.graph, done.plan, program,
+                              done.seconds["canonicalise"] + done.seconds["plan"], done.run,
+                              target, guarded, done.lowered)
+
+    def _accept(self, program: Program) -> None:
+        """A built program: counted, and its fallbacks refused (FUSIONSTITCH_STRICT=all)
+        or logged."""
         _stats.bump("specialisations")
         if program.fallback_reasons:
             parts = "; ".join(program.fallback_reasons)
@@ -289,19 +292,6 @@ class CompiledGraph:
                 _refuse(self.name, parts)
             log.warning("%s: %d part(s) run through torch (counted in fallbacks): %s",
                         self.name, len(program.fallback_reasons), parts)
-        run = program
-        guarded = None
-        if binding is not None:
-            guarded = dynamic.Guarded(binding, guards | program.guards)
-            run = _symbolic_runner(program, binding)
-        elif self.options.cuda_graphs:
-            from ..runtime.cudagraph import wrap
-            run = wrap(program, self.name, mutated, target,
-                       [a for a in args if isinstance(a, torch.Tensor)])
-        if dump:
-            from ..report.debug import dump_kernels
-            dump_kernels(dump.folder, plan, program.kernel_steps, target)
-        return Specialisation(canon, plan, program, seconds, run, target, guarded)
 
     def _specialise(self, args: list) -> Any:
         try:

@@ -5,6 +5,7 @@ import logging
 import time
 
 from ..ir.graph import Graph
+from ..targets import Target, resolve
 from ..tune import plan_key_part
 from .plan import FREE, KERNEL, LIBRARY, FusionPlan, Group, plan_none
 
@@ -26,21 +27,21 @@ def _register_planners() -> None:
 
 _register_planners()
 _warned: set[str] = set()
-# targets whose kernel groups become generated kernels (the others run plans through torch)
-CODEGEN_TARGETS = ("cuda", "interpret", "cpu")
 
 
 # the planners as registered: a replaced one (tests) bypasses the plan cache
 _REGISTERED = dict(PLANNERS)
 
 
-def make_plan(graph: Graph, strategy: str, target: str, use_cache: bool = True) -> FusionPlan:
+def make_plan(graph: Graph, strategy: str, target: str | Target,
+              use_cache: bool = True) -> FusionPlan:
     """The plan that runs: the strategy's plan, then code-generation legality (targets
-    that generate kernels). Loaded from the plan cache when this graph was planned before
+    that generate kernels). `target`: a Target, or its name (resolved here, once). Loaded from the plan cache when this graph was planned before
     (stage `plan_cache`), else planned and stored there (`use_cache=False`: neither).
     A plan made here carries its planning run's decisions (`plan.trace`, trace.py); a
     plan from the cache carries none."""
     from . import plan_cache
+    target = resolve(target)
     planner = PLANNERS.get(strategy)
     if planner is None:
         if strategy not in _warned:
@@ -51,8 +52,8 @@ def make_plan(graph: Graph, strategy: str, target: str, use_cache: bool = True) 
     key = None
     if use_cache and plan_cache.enabled() and planner is _REGISTERED.get(strategy, _REGISTERED["none"]):
         start = time.perf_counter()
-        tune_part = plan_key_part(target)
-        key = plan_cache.plan_key(graph, strategy, target, tune_part)
+        tune_part = plan_key_part(target.name)
+        key = plan_cache.plan_key(graph, strategy, target.name, tune_part)
         cached = plan_cache.load(graph, key)
         if cached is not None:   # its one stage: the look-up, key included
             return cached.with_stages({plan_cache.HIT_STAGE: time.perf_counter() - start})
@@ -62,8 +63,8 @@ def make_plan(graph: Graph, strategy: str, target: str, use_cache: bool = True) 
         from dataclasses import replace
 
         from .trace import PlanTrace
-        plan = replace(plan, trace=PlanTrace(plan.strategy, target))
-    if target in CODEGEN_TARGETS:
+        plan = replace(plan, trace=PlanTrace(plan.strategy, target.name))
+    if target.generates_kernels:
         from .codegen_legal import legalize
         start = time.perf_counter()
         plan = legalize(plan, target).with_stages(
@@ -71,10 +72,10 @@ def make_plan(graph: Graph, strategy: str, target: str, use_cache: bool = True) 
     plan.validate()
     if key is not None:
         start = time.perf_counter()
-        after = plan_key_part(target)
+        after = plan_key_part(target.name)
         if after != tune_part:   # tuning measured while planning: the plan of the library now
-            key = plan_cache.plan_key(graph, strategy, target, after)
-        plan_cache.store(plan, target, key)
+            key = plan_cache.plan_key(graph, strategy, target.name, after)
+        plan_cache.store(plan, target.name, key)
         plan = plan.with_stages({**dict(plan.stages),
                                  "plan_cache_miss": lookup + time.perf_counter() - start})
     return plan

@@ -2,7 +2,7 @@
 
 A kernel group that the target's code generator cannot lower (an op without a
 rule, a reduction read at another row, GEMMs inside a kernel on a target whose
-printer has no GEMM stages, see `legality.GEMM_FUSING_TARGETS`) is split into
+printer has no GEMM stages, `Target.gemm_fusing`) is split into
 its ops, and an op that cannot be generated alone runs through torch as a
 library call. The plan that explain() reports is the plan that runs, so the
 counts stay honest: every kernel group of the result lowers to one kernel.
@@ -12,25 +12,56 @@ from __future__ import annotations
 
 import logging
 
-from ..codegen.lower import Unsupported, lower_cached
-from ..schedule.propagate import FUSIBLE_DOTS
-from .legality import gemms_fusible
+from ..codegen.lower import Unsupported, lower_group
+from ..config import elide_half_casts
+from ..runtime.cache import register_memory_cache
+from ..targets import resolve
 from .plan import KERNEL, LIBRARY, FusionPlan, Group, node_kind
 
 log = logging.getLogger("fusionstitch.codegen")
 
-
-def _lower(graph, nodes, target: str) -> None:
-    """lower_cached, and on targets without GEMM stages no GEMM inside a kernel."""
-    if not gemms_fusible(target):
-        dot = next((n for n in nodes if graph[n].op in FUSIBLE_DOTS), None)
-        if dot is not None:
-            raise Unsupported(f"%{dot} ({graph[dot].op}): the {target} code generator has no "
-                              "GEMM stages (block composition); GEMMs are library calls there")
-    lower_cached(graph, nodes)
+# Planning lowers groups tentatively (the stitch planner's legality checks, then this
+# stage): the same group is tried by both, so the outcome is remembered per (graph
+# object, nodes). Private to planning: the kernels that run come from the driver's
+# `lower` stage (fusion/lowered.py), never from here.
+_TRIED: dict[tuple, tuple] = {}
+register_memory_cache(_TRIED.clear)
+_TRIED_MAX = 50_000
 
 
-def legalize(plan: FusionPlan, target: str) -> FusionPlan:
+def tentative_lower(graph, names):
+    """The kernel IR of group `names` (lowering is target-neutral), remembered for the planning of `graph` (failures re-raised with
+    the same message)."""
+    # the knob changes what a conversion to a half type lowers to (lowerings._converted)
+    key = (id(graph), tuple(names), elide_half_casts())
+    hit = _TRIED.get(key)
+    if hit is not None and hit[0] is graph:
+        if isinstance(hit[1], Unsupported):
+            raise Unsupported(str(hit[1]))
+        return hit[1]
+    if len(_TRIED) > _TRIED_MAX:
+        _TRIED.clear()
+    try:
+        k = lower_group(graph, tuple(names), "kernel")
+    except Unsupported as e:
+        _TRIED[key] = (graph, e)
+        raise
+    _TRIED[key] = (graph, k)
+    return k
+
+
+def _lower(graph, nodes, target) -> None:
+    """Raise Unsupported unless `target` lowers `nodes` to one kernel (on targets without
+    GEMM stages, no GEMM inside a kernel)."""
+    why = target.can_lower(graph, nodes, tentative_lower)
+    if why:
+        raise Unsupported(why)
+
+
+def legalize(plan: FusionPlan, target) -> FusionPlan:
+    """`plan` with every kernel group lowering on `target` (a targets.Target, or its
+    name)."""
+    target = resolve(target)
     graph = plan.graph
     trace = plan.trace
     out: list[Group] = []

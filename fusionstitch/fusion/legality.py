@@ -9,32 +9,15 @@ from dataclasses import dataclass
 
 from ..analysis.reach import Reachability
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Node
-from ..ir.ops import Category, lookup
-from ..schedule.propagate import (FUSIBLE_DOTS, SIMPLE_REDUCTIONS, Inconsistent, dot_dims,
-                                  group_spaces)
+from ..ir.ops import FUSIBLE_DOTS, SCATTER_OPS, SIMPLE_REDUCTIONS, Category, lookup
+from ..schedule.propagate import Inconsistent, dot_dims, group_spaces
 
-# Ops that write data-dependent positions (scatter-like): each runs as its own kernel,
-# since fusing them needs atomics or a second pass the code generators do not have.
-SCATTER_OPS = frozenset({
-    "scatter.src", "scatter.value", "scatter_add.default", "scatter_reduce.two",
-    "index_put.default", "index_add.default", "_unsafe_index_put.default",
-    "embedding_dense_backward.default", "as_strided_scatter.default",
-})
 # Largest GEMM tile (m, n and k, per batch entry) fused with block composition: a tile
 # of this size (3 x 64 x 64 fp32 = 48 KiB) fits one block's shared memory on the GPU,
 # where a vendor GEMM would be launch-bound anyway. Larger GEMMs stay library calls
 # (the 2019 paper's "large gemm" partition ops).
 MAX_FUSED_GEMM_DIM = 64
 
-# Targets whose code generator emits GEMMs inside fused kernels: the Triton printer's dot
-# stages (codegen/batch.py, tl.dot), on the GPU and in Triton's interpreter. The C++
-# printer has none, so on `cpu` GEMMs stay library calls and the plan the planner picks
-# is the plan that runs.
-GEMM_FUSING_TARGETS: frozenset[str] = frozenset({"cuda", "interpret"})
-
-
-def gemms_fusible(target: str) -> bool:
-    return target in GEMM_FUSING_TARGETS
 
 
 @dataclass(frozen=True)
@@ -114,12 +97,8 @@ def check_group(graph: Graph, names, reach: Reachability, *,
     return Decision.allow()
 
 
-def staged_limit(target: str) -> int:
-    """Bytes one program may move in a staged kernel on `target`: what it moves within one
-    launch latency at one program's bandwidth, so that the one launch it saves pays for
-    running on one core. 0 on targets without block composition (cpu)."""
-    if not gemms_fusible(target):
-        return 0
-    from ..analysis.cost import device_spec
-    d = device_spec(target)
-    return int(d.launch_latency.value * d.program_bandwidth.value)
+def staged_limit(target) -> int:
+    """Bytes one program may move in a staged kernel on `target` (a Target or its name):
+    `Target.staged_bytes`."""
+    from ..targets import resolve
+    return resolve(target).staged_bytes

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from ..analysis.reach import Reachability
 from ..analysis.span import span_of
 from ..ir.graph import Graph
-from ..ir.ops import Category, lookup
-from ..schedule.propagate import (FUSIBLE_DOTS, SIMPLE_REDUCTIONS, Inconsistent,
+from ..ir.ops import BRANCHING_OPS, FUSIBLE_DOTS, SIMPLE_REDUCTIONS
+from ..schedule.propagate import (Inconsistent,
                                   component_space, components, reduction_space)
 from .legality import Decision, check_group, fusible
 from .plan import KERNEL, is_input, node_kind
@@ -48,17 +48,6 @@ EXPLORE_MAX_OPERANDS = 10
 PACK_MAX_BYTES = 256 << 20
 PACK_MAX_OPS = MAX_PATTERN_OPS
 
-
-# XLA's code-duplication rule, in our terms: a fused kernel may recompute (values re-derived
-# in each loop over a row, both sides of a concat's select) up to this factor of its parts'
-# own ops. Applied to the cpu target, where it was measured (cartpole 0.10x -> 2.1x eager,
-# softmax_chain 0.26x -> 0.76x); GPUs have arithmetic to spare and are not measured yet.
-MAX_RECOMPUTE = {"cpu": 3.0}
-# Targets whose code generator keeps values in row buffers across the loops of a
-# reduction (codegen/rowbuf.py): work read back from one is not recomputation.
-ROW_BUFFER_TARGETS = frozenset({"cpu"})
-_BRANCHING = frozenset({"cat.default", "constant_pad_nd.default"})
-_FREE_CATEGORIES = (Category.RESHAPE, Category.TRANSPOSE, Category.TUPLE, Category.BROADCAST)
 
 
 class Legality:
@@ -110,15 +99,16 @@ class Legality:
 
 
     def _lowers(self, key) -> Decision:
-        from ..codegen.lower import Unsupported, lower_cached
+        from ..codegen.lower import Unsupported
         from ..codegen.lowerings import SUPPORTED_OPS
+        from .codegen_legal import tentative_lower
         graph = self.graph
         missing = next((n for n in key if graph[n].op not in SUPPORTED_OPS), None)
         if missing is not None:
             return Decision.forbid(f"the code generator has no rule for "
                                    f"{graph[missing].op} (%{missing})")
         if not any(graph[n].op in SIMPLE_REDUCTIONS or graph[n].op in FUSIBLE_DOTS or
-                   (self.max_recompute and graph[n].op in _BRANCHING) for n in key):
+                   (self.max_recompute and graph[n].op in BRANCHING_OPS) for n in key):
             return Decision.allow()   # pointwise groups with known ops lower, no recompute
         comps = components(graph, key)
         if len(comps) > 1:
@@ -130,21 +120,13 @@ class Legality:
                     return d
             return Decision.allow()
         try:
-            k = lower_cached(self.graph, sorted(key, key=self.position.__getitem__))
+            k = tentative_lower(self.graph, sorted(key, key=self.position.__getitem__))
         except Unsupported as e:
             return Decision.forbid(f"the code generator cannot lower it: {e}")
         if not self.max_recompute:
             return Decision.allow()
-        from ..codegen.kernel import arithmetic_work
-        from ..schedule.propagate import type_numel
-        own = sum(type_numel(graph[n].type) for n in key
-                  if lookup(graph[n].op).category not in _FREE_CATEGORIES)
-        work = arithmetic_work(k, self.row_buffers)
-        if work > self.max_recompute * max(own, 1):
-            return Decision.forbid(f"fused, it would compute {work / max(own, 1):.1f}x the "
-                                   f"ops of its parts (recomputation across concat branches "
-                                   f"or reduction loops); limit {self.max_recompute}x")
-        return Decision.allow()
+        from .profit import recompute_within
+        return recompute_within(graph, key, k, self.max_recompute, self.row_buffers)
 
 
 def _reduction_kind(graph: Graph, name: str) -> str | None:

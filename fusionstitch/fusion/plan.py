@@ -11,9 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Node
-from ..ir.ops import FREE, KERNEL, LIBRARY, Category, lookup
-from ..passes.simplify import RESHAPES
-from ..schedule.propagate import FUSIBLE_DOTS
+from ..ir.ops import FREE, FUSIBLE_DOTS, KERNEL, LIBRARY, LOGICAL_RESHAPES, Category, lookup
 
 __all__ = ["KERNEL", "LIBRARY", "FREE", "FusionPlan", "Group", "node_kind", "plan_none",
            "plan_from_groups"]
@@ -208,7 +206,7 @@ def detach_views(graph: Graph, names) -> frozenset:
                     or not node.inputs):
                 continue
             src = node.inputs[0]
-            if src not in names and node.op in RESHAPES:
+            if src not in names and node.op in LOGICAL_RESHAPES:
                 names.discard(n)
                 changed = True
                 continue

@@ -31,13 +31,13 @@ import os
 import time
 from typing import Callable
 
-from ..analysis.cost import DeviceSpec, device_spec, group_bytes
+from ..analysis.cost import DeviceSpec, group_bytes
 from ..analysis.reach import group_cycle
 from ..ir.graph import Graph
 from ..schedule.compose import composition
 from ..schedule.propagate import group_spaces
+from ..targets import Target, resolve
 from . import ilp
-from .legality import gemms_fusible, staged_limit
 from .merge import merge_kernels
 from .patterns import Legality, candidate_patterns
 from .trace import PlanTrace, Verdict
@@ -88,7 +88,7 @@ class ModelScore:
                 + (n - 1) * device.launch_latency.value)
 
 
-def _baseline_groups(graph: Graph, target: str, leg) -> list[frozenset]:
+def _baseline_groups(graph: Graph, target: Target, leg) -> list[frozenset]:
     """The xla baseline's multi-op groups: candidates, and the traffic to match.
 
     Seeding the ILP with the baseline's own groups makes "move no more bytes than
@@ -124,16 +124,15 @@ def _find_cycle(graph: Graph, groups: list[frozenset]) -> list[int] | None:
     return sorted(g for g in cycle if g < len(groups))
 
 
-def target_legality(graph: Graph, target: str, trace=None) -> Legality:
+def target_legality(graph: Graph, target: str | Target, trace=None) -> Legality:
     """The legality checks of the stitch planner for `target` (rejections recorded in
     `trace`, a PlanTrace, when given)."""
-    from . import CODEGEN_TARGETS
-    from .patterns import MAX_RECOMPUTE, ROW_BUFFER_TARGETS
-    return Legality(graph, batched_gemms=gemms_fusible(target),
-                    lowerable=target in CODEGEN_TARGETS,
-                    max_recompute=MAX_RECOMPUTE.get(target),
-                    row_buffers=target in ROW_BUFFER_TARGETS,
-                    staged_bytes=staged_limit(target), trace=trace)
+    target = resolve(target)
+    return Legality(graph, batched_gemms=target.gemm_fusing,
+                    lowerable=target.generates_kernels,
+                    max_recompute=target.max_recompute,
+                    row_buffers=target.row_buffers,
+                    staged_bytes=target.staged_bytes, trace=trace)
 
 
 def _scored(graph, candidates, baseline, score, model, perf, device, trace):
@@ -195,11 +194,12 @@ def _solve(graph, patterns, scores, at_least, time_limit):
     return chosen, method, forbidden, dropped
 
 
-def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
+def plan_stitch(graph: Graph, target: str | Target, *, score_hook: ScoreFn | None = None,
                 time_limit: float = ilp.DEFAULT_TIME_LIMIT_S) -> FusionPlan:
     stages: dict[str, float] = {}
     t = time.perf_counter()
-    trace = PlanTrace("stitch", target)
+    target = resolve(target)
+    trace = PlanTrace("stitch", target.name)
     leg = target_legality(graph, target, trace)
     candidates = candidate_patterns(leg, packing=False)
     stages["candidates"] = time.perf_counter() - t
@@ -210,12 +210,12 @@ def plan_stitch(graph: Graph, target: str, *, score_hook: ScoreFn | None = None,
     stages["baseline"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    device = device_spec(target)
+    device = target.device_spec
     model = ModelScore(graph, device)
     perf = None
     if score_hook is None:
         from ..tune import perf_score
-        perf = perf_score(graph, target, model)
+        perf = perf_score(graph, target.name, model)
     score = score_hook or perf or model
     stages["scores"] = time.perf_counter() - t
     tuned = 0.0

@@ -45,7 +45,7 @@ import os
 from ..analysis.cost import group_bytes
 from ..analysis.reach import Reachability
 from ..ir.graph import CONSTANT, Graph, TensorType, TupleType
-from ..ir.ops import Category, category
+from ..ir.ops import Category, category, ops_where
 from ..schedule.compose import composition
 from ..schedule.propagate import Inconsistent, Space, escaping_values, group_spaces
 from .legality import Decision, check_group, fusible
@@ -53,20 +53,8 @@ from .plan import KERNEL, FusionPlan, is_input, node_kind, plan_from_groups
 
 log = logging.getLogger("fusionstitch.fusion")
 
-# XLA's ops too costly to recompute (instruction_fusion.cc IsExpensive: divide,
-# power, sqrt/rsqrt, exp/log, trigonometric, tanh, logistic, erf, atan2,
-# remainder), in our IR's names, plus composite activations built from them.
-EXPENSIVE_OPS = frozenset("""
-    exp.default exp2.default expm1.default log.default log2.default log10.default log1p.default
-    sqrt.default rsqrt.default reciprocal.default sin.default cos.default tan.default
-    asin.default acos.default atan.default sinh.default cosh.default tanh.default
-    asinh.default acosh.default atanh.default sigmoid.default erf.default erfc.default
-    erfinv.default pow.Tensor_Scalar pow.Tensor_Tensor pow.Scalar div.Tensor div.Scalar
-    div.Tensor_mode div.Scalar_mode atan2.default fmod.Tensor fmod.Scalar remainder.Tensor
-    remainder.Scalar hypot.default gelu.default gelu_backward.default silu.default
-    silu_backward.default softplus.default mish.default elu.default logit.default
-    xlogy.Tensor addcdiv.default
-""".split())
+# XLA's ops too costly to recompute: a flag of the op table (ir/ops.py)
+EXPENSIVE_OPS = ops_where("expensive")
 # XLA GPU kMaxOperandsAndOutputsPerFusion (gpu_fusible.h): a kernel with more
 # parameters than this spends registers and occupancy on addresses.
 MAX_OPERANDS_AND_OUTPUTS = 64
@@ -83,10 +71,11 @@ HORIZONTAL_MAX_OPS = 30
 HORIZONTAL_MAX_PARAMS = 4000 // 8
 
 
-def plan_xla(graph: Graph, target: str) -> FusionPlan:
-    """Plan `graph` with XLA's GPU fusion passes (whose limits do not depend on `target`)."""
+def plan_xla(graph: Graph, target) -> FusionPlan:
+    """Plan `graph` with XLA's GPU fusion passes (whose limits do not depend on `target`,
+    a Target or its name)."""
     from .trace import PlanTrace
-    part = Partition(graph, fuel=_fuel(), trace=PlanTrace("xla", target))
+    part = Partition(graph, fuel=_fuel(), trace=PlanTrace("xla", str(target)))
     instruction_fusion(part)   # vertical: each producer into the one kernel of all its users
     fusion_merger(part)        # producer kernels into their only consumer, if bytes don't grow
     multi_output_fusion(part)  # siblings share input reads; producers fold into a consumer

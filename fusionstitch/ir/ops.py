@@ -50,6 +50,22 @@ class OpDef:
     random: bool = False      # draws from the global RNG: never CSE'd or folded
     view: bool = False        # result aliases its first input (must stay a real view)
     fallback: bool = False    # not in the table: run by torch, logged, counted
+    # op kinds the planners and code generators ask about (the tables below say which
+    # ops have each; SIMPLE_REDUCTIONS etc. are views of these flags):
+    # a reduction whose reduced dims are read from its arguments ("dim") or that reduces
+    # every dim ("full"), which schedules and lowerings handle; None for the others
+    reduction: str | None = None
+    two_pass: bool = False      # a reduction lowered in two passes (mean, then squares)
+    fusible_dot: bool = False   # a GEMM a planner may compose into a kernel when small
+    scatter: bool = False       # writes data-dependent positions: a kernel of its own
+    expensive: bool = False     # too costly to recompute (XLA's IsExpensive)
+    branching: bool = False     # selects between sources per element (concat, pad):
+                                # a fused consumer recomputes both branches
+    logical_reshape: bool = False   # result holds the input's elements in the same order
+
+    @property
+    def simple_reduction(self) -> bool:
+        return self.reduction is not None
 
     @property
     def is_library(self) -> bool:
@@ -178,6 +194,52 @@ _RANDOM = frozenset(_names("""
 """)) | frozenset(n for n in ATTENTION if _seeded(n))
 
 
+# -- op kinds (OpDef's flags) -------------------------------------------------------------
+# Reductions whose reduced dims we can read from the arguments, and those of every dim.
+_DIM_REDUCTIONS = _names("""
+    sum.dim_IntList mean.dim amax.default amin.default max.dim min.dim
+    argmax.default argmin.default prod.dim_int var.correction var.dim
+    var_mean.correction std.correction any.dim any.dims all.dim
+    logsumexp.default linalg_vector_norm.default
+""")
+_FULL_REDUCTIONS = _names("""
+    sum.default mean.default max.default min.default prod.default any.default all.default
+""")
+_TWO_PASS = _names("var_mean.correction var.correction var.dim std.correction")
+# GEMMs a planner may compose into a kernel when small (fusion/legality decides "small").
+_FUSIBLE_DOTS = _names("bmm.default mm.default addmm.default")
+# Ops that write data-dependent positions (scatter-like): each runs as its own kernel,
+# since fusing them needs atomics or a second pass the code generators do not have.
+_SCATTER = _names("""
+    scatter.src scatter.value scatter_add.default scatter_reduce.two
+    index_put.default index_add.default _unsafe_index_put.default
+    embedding_dense_backward.default as_strided_scatter.default
+""")
+# XLA's ops too costly to recompute (instruction_fusion.cc IsExpensive: divide,
+# power, sqrt/rsqrt, exp/log, trigonometric, tanh, logistic, erf, atan2,
+# remainder), in our IR's names, plus composite activations built from them.
+_EXPENSIVE = _names("""
+    exp.default exp2.default expm1.default log.default log2.default log10.default log1p.default
+    sqrt.default rsqrt.default reciprocal.default sin.default cos.default tan.default
+    asin.default acos.default atan.default sinh.default cosh.default tanh.default
+    asinh.default acosh.default atanh.default sigmoid.default erf.default erfc.default
+    erfinv.default pow.Tensor_Scalar pow.Tensor_Tensor pow.Scalar div.Tensor div.Scalar
+    div.Tensor_mode div.Scalar_mode atan2.default fmod.Tensor fmod.Scalar remainder.Tensor
+    remainder.Scalar hypot.default gelu.default gelu_backward.default silu.default
+    silu_backward.default softplus.default mish.default elu.default logit.default
+    xlogy.Tensor addcdiv.default
+""")
+_BRANCHING = _names("cat.default constant_pad_nd.default")
+# Pure logical reshapes: the result holds the input's elements in the same order.
+_LOGICAL_RESHAPES = _names("""
+    view.default _unsafe_view.default reshape.default alias.default
+    squeeze.default squeeze.dim squeeze.dims unsqueeze.default
+""")
+_KINDS = (("two_pass", _TWO_PASS), ("fusible_dot", _FUSIBLE_DOTS), ("scatter", _SCATTER),
+          ("expensive", _EXPENSIVE), ("branching", _BRANCHING),
+          ("logical_reshape", _LOGICAL_RESHAPES))
+
+
 def _build_table() -> dict[str, OpDef]:
     table: dict[str, OpDef] = {}
     for cat, names in ((Category.ELEMENTWISE, _ELEMENTWISE), (Category.BROADCAST, _BROADCAST),
@@ -188,6 +250,13 @@ def _build_table() -> dict[str, OpDef]:
         for n in names:
             assert n not in table, f"op {n} listed twice in the op table"
             table[n] = OpDef(n, cat, random=n in _RANDOM, view=n in _VIEWS)
+    from dataclasses import replace
+    flags = [("reduction", _DIM_REDUCTIONS, "dim"), ("reduction", _FULL_REDUCTIONS, "full")]
+    flags += [(kind, names, True) for kind, names in _KINDS]
+    for kind, names, value in flags:
+        for n in names:
+            assert n in table, f"op kind {kind}: {n} is not in the op table"
+            table[n] = replace(table[n], **{kind: value})
     table[PARAMETER] = OpDef(PARAMETER, Category.SOURCE)
     table[CONSTANT] = OpDef(CONSTANT, Category.SOURCE)
     table[GETITEM] = OpDef(GETITEM, Category.TUPLE)
@@ -195,6 +264,22 @@ def _build_table() -> dict[str, OpDef]:
 
 
 OP_TABLE: dict[str, OpDef] = _build_table()
+
+
+def ops_where(flag: str) -> frozenset[str]:
+    """The ops of the table whose OpDef has `flag` (a field or property) set."""
+    return frozenset(n for n, d in OP_TABLE.items() if getattr(d, flag))
+
+
+# views of the flags, for membership tests (`node.op in SIMPLE_REDUCTIONS`)
+SIMPLE_REDUCTIONS = ops_where("simple_reduction")
+FULL_REDUCTIONS = frozenset(n for n, d in OP_TABLE.items() if d.reduction == "full")
+TWO_PASS_REDUCTIONS = ops_where("two_pass")
+FUSIBLE_DOTS = ops_where("fusible_dot")
+SCATTER_OPS = ops_where("scatter")
+EXPENSIVE_OPS = ops_where("expensive")
+BRANCHING_OPS = ops_where("branching")
+LOGICAL_RESHAPES = ops_where("logical_reshape")
 
 
 def op_name(overload: Any) -> str:

@@ -14,13 +14,12 @@ from __future__ import annotations
 from collections import Counter
 
 from ..ir.graph import Graph, Node, Ref, TensorType, map_refs
+from ..ir.ops import LOGICAL_RESHAPES
 from .dce import dce
 
-# Pure logical reshapes: the result holds the input's elements in the same order.
-RESHAPES = frozenset({
-    "view.default", "_unsafe_view.default", "reshape.default", "alias.default",
-    "squeeze.default", "squeeze.dim", "squeeze.dims", "unsqueeze.default",
-})
+# Pure logical reshapes: the result holds the input's elements in the same order (a
+# flag of the op table, ir/ops.py)
+RESHAPES = LOGICAL_RESHAPES
 # Ops that are the identity when their result type equals their input's type.
 IDENTITY_WHEN_SAME_TYPE = RESHAPES | {"expand.default"}
 PERMUTE = "permute.default"

@@ -40,6 +40,15 @@ class GraphReport:
     # what runs through torch on each call and why, one line per fallback (the parts of
     # the plan, or the whole graph): what `stats()["fallbacks"]` counts per call
     fallbacks: list[str] = field(default_factory=list)
+    # the driver's lowered plan (fusion/lowered.py: the kernels that ran), when the graph
+    # was compiled; a report made from plans alone lowers the groups it shows
+    lowered: object = None
+
+    def kernel(self, group: int, target: str):
+        """The lowered kernel of group `group` for `target`, or None (not lowered)."""
+        if self.lowered is None or self.lowered.target.name != target:
+            return None
+        return self.lowered.kernels.get(group)
 
 
 @dataclass
@@ -118,25 +127,27 @@ class Report:
                     if grp.kind == FREE:
                         continue
                     ops = " ".join(g.plan.graph[n].op for n in grp.nodes)
-                    tpl = _template(g.plan, grp, self.target)
+                    tpl = _template(g, grp, self.target)
                     lines.append(f"    {grp.kind:7s} #{grp.id} [{grp.composition}]{tpl} {ops}")
         return "\n".join(lines)
 
 
-def _template(plan, group, target: str) -> str:
-    """ ' grid x<N ...' for generated kernels (codegen targets), else ''."""
-    from ..fusion import CODEGEN_TARGETS
+def _template(g: GraphReport, group, target: str) -> str:
+    """ ' grid x<N ...' for generated kernels (targets that generate them), else ''."""
     from ..fusion.plan import KERNEL
-    if group.kind != KERNEL or target not in CODEGEN_TARGETS:
+    from ..targets import resolve
+    t = resolve(target)
+    if group.kind != KERNEL or not t.generates_kernels:
         return ""
     from ..codegen.kernel import template
-    from ..codegen.lower import Unsupported, lower_cached
-    try:
-        k = lower_cached(plan.graph, group.nodes)
-    except Unsupported:
-        return ""
-    from .source import persistent_rule
-    return " " + template(k, persistent_rule(target))
+    from ..codegen.lower import Unsupported
+    k = g.kernel(group.id, target)
+    if k is None:
+        try:
+            k = t.lower(g.plan.graph, group.nodes)
+        except Unsupported:
+            return ""
+    return " " + template(k, t.persistent_rule())
 
 
 def plan_report(graphs: list[Graph], strategy: str, target: str) -> Report:
@@ -270,5 +281,6 @@ def sink_report(sink: list, strategy: str, target: str) -> Report:
                 cg.name, cg.kind, count_ops(spec.graph), spec.plan.num_kernels,
                 spec.plan.num_library_calls, plan_bytes(spec.plan), spec.planning_seconds,
                 spec.plan, stages=dict(spec.plan.stages),
-                fallbacks=fallback_reasons(spec.plan, target)))
+                fallbacks=fallback_reasons(spec.plan, target),
+                lowered=getattr(spec, "lowered", None)))
     return report

@@ -4,7 +4,7 @@ The page has no external assets (inline CSS, inline SVG, onclick attributes for 
 picture's zoom and for opening a kernel's source from the group table):
 a summary table, then per graph the picture of the plan, its groups with their
 modelled cost and IR text, the generated source of every kernel for the report's
-target (C++ for `cpu`, Triton for `cuda` / `interpret`; report/source.py prints it
+target (C++ for `cpu`, Triton for `cuda` / `interpret`; targets/source.py prints it
 without compiling), and the fusion boundaries with the planner's reason.
 
 A kernel's source is shown with runs of more than FOLD_RUN similar lines folded, whole
@@ -26,7 +26,7 @@ from ..ir.graph import PARAMETER, Graph, Node, Ref
 from ..ir.text import print_graph
 from .explain import GraphReport, Report
 from .render import PALETTE, group_colour, kernel_producers, plan_svg, short_op
-from .source import KernelSource, kernel_source
+from ..targets.source import KernelSource, kernel_source
 
 # Boundaries listed per graph: past this the list stops being read (and each reason costs a
 # legality check on the two groups).
@@ -174,7 +174,7 @@ def graph_sources(report: Report, g: GraphReport) -> dict[int, KernelSource]:
     of one graph, by group id; free groups are left out."""
     if g.plan is None:
         return {}
-    return {grp.id: kernel_source(g.plan, grp, report.target)
+    return {grp.id: kernel_source(g.plan, grp, report.target, g.kernel(grp.id, report.target))
             for grp in g.plan.groups if grp.kind != FREE}
 
 

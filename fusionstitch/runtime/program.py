@@ -32,10 +32,12 @@ from typing import Any
 import torch
 
 from .. import config
+from ..fusion.lowered import LoweredPlan, lower_plan
 from ..fusion.plan import KERNEL, LIBRARY, FusionPlan, node_kind
 from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Ref, TensorLiteral
 from ..ir.ops import lookup, resolve_overload
 from ..ir.symbolic import is_symbolic
+from ..targets import Target, resolve
 from . import counters as _stats
 from . import recycle as _recycle
 from . import wrapper as _wrapper
@@ -98,10 +100,13 @@ def _fill(template: Any, values: list) -> Any:
 class Program:
     """A compiled plan for one concrete input signature."""
 
-    def __init__(self, plan: FusionPlan, device: torch.device | None = None,
+    def __init__(self, plan: FusionPlan | LoweredPlan, device: torch.device | None = None,
                  target: str = "torch", mutated: list[tuple[int, int]] = (),
                  static: bool = False, symbols: list | None = None):
-        """`mutated`: (graph output, parameter) pairs where the output is the parameter's
+        """`plan`: the lowered plan (the driver's `lower` stage), or a plan, lowered here.
+        `target`: the target (a name or a targets.Target) that runs it; `torch` runs every
+        group through its ops' aten overloads.
+        `mutated`: (graph output, parameter) pairs where the output is the parameter's
         new value (AOTAutograd's mutated inputs); kernels may write those in place.
         `static`: every call passes inputs of the sizes and strides of the first (Dynamo
         guards them for a graph of static sizes), so each kernel's syms and in-place
@@ -109,8 +114,14 @@ class Program:
         `symbols`: the size symbols of a graph of symbolic sizes (frontend/dynamic.py),
         whose values every call passes; the program computes every size from them. Its
         `guards` are those its kernels were lowered under."""
+        lowered = plan if isinstance(plan, LoweredPlan) else None
+        plan = plan.plan if lowered is not None else plan
+        target = resolve(target)
+        if lowered is None or lowered.target is not target:
+            lowered = lower_plan(plan, target)
         self.plan = plan
-        self.target = target
+        self.lowered = lowered
+        self.target = target.name
         graph = plan.graph
         self.device = device or torch.device("cpu")
         slot_of = {n.name: i for i, n in enumerate(graph.nodes)}
@@ -133,10 +144,9 @@ class Program:
             if value not in keep:
                 dead_after.setdefault(user, []).append(slot_of[value])
         from ..codegen.cpu_build import KernelBuildError
-        from ..fusion import CODEGEN_TARGETS
         self.fallback_reasons: list[str] = fallback_reasons(plan, target)
         try:
-            kernels = compile_kernels(plan, target, slot_of, self.device, list(mutated),
+            kernels = compile_kernels(lowered, target, slot_of, self.device, list(mutated),
                                       sizes)
         except KernelBuildError as e:
             if config.strict():
@@ -150,7 +160,7 @@ class Program:
         self.kernel_steps = kernels
         # kernel groups without a generated kernel on a target that generates them run
         # through torch as fallbacks (a build error above), not as launches
-        unbuilt = KERNEL if target not in CODEGEN_TARGETS else _UNBUILT
+        unbuilt = KERNEL if not target.generates_kernels else _UNBUILT
         steps = []
         for g in plan.groups:
             step = kernels.get(g.id)
@@ -385,15 +395,14 @@ _reshape = torch.Tensor.reshape
 _RESHAPING = {"view.default": _reshape, "_unsafe_view.default": _reshape}
 
 
-def _demoted(plan: FusionPlan, target: str):
+def _demoted(plan: FusionPlan, target: Target):
     """(group, node) of each op code-generation legality left to torch because no rule
     lowers it: a one-op library group of an op that is a kernel op alone. Not those that
     run through torch by design: GEMMs on targets without GEMM stages (library calls),
     random ops (eager's RNG stream is kept by letting torch draw)."""
-    from ..fusion import CODEGEN_TARGETS
-    if target not in CODEGEN_TARGETS:
+    if not target.generates_kernels:
         return
-    from ..schedule.propagate import FUSIBLE_DOTS
+    from ..ir.ops import FUSIBLE_DOTS
     graph = plan.graph
     for g in plan.groups:
         if g.kind == LIBRARY and len(g.nodes) == 1:
@@ -412,19 +421,20 @@ def _outside_ir(plan: FusionPlan):
                 yield g, node
 
 
-def num_fallback_groups(plan: FusionPlan, target: str) -> int:
+def num_fallback_groups(plan: FusionPlan, target: str | Target) -> int:
     """Library groups of `plan` that are fallbacks on `target` (see the module docstring)."""
-    return sum(1 for _ in _outside_ir(plan)) + sum(1 for _ in _demoted(plan, target))
+    return sum(1 for _ in _outside_ir(plan)) + sum(1 for _ in _demoted(plan, resolve(target)))
 
 
-def fallback_reasons(plan: FusionPlan, target: str) -> list[str]:
+def fallback_reasons(plan: FusionPlan, target: str | Target) -> list[str]:
     """Why each fallback library group of `plan` runs through torch, one line each."""
     out = [f"%{node.name} ({node.op}): not an op of fusionstitch's IR"
            for _, node in _outside_ir(plan)]
-    from ..codegen.lower import Unsupported, lower_cached
+    from ..codegen.lower import Unsupported
+    target = resolve(target)
     for _, node in _demoted(plan, target):
-        try:
-            lower_cached(plan.graph, (node.name,))
+        try:   # the op alone: does it lower (then legality left it to torch) or not?
+            target.lower(plan.graph, (node.name,))
             why = "left to torch by code-generation legality"
         except Unsupported as e:
             why = str(e)
@@ -432,23 +442,22 @@ def fallback_reasons(plan: FusionPlan, target: str) -> list[str]:
     return out
 
 
-def compile_kernels(plan: FusionPlan, target: str, slot_of: dict[str, int],
+def compile_kernels(lowered: LoweredPlan, target: Target, slot_of: dict[str, int],
                     device: torch.device, mutated: list[tuple[int, int]] = (),
                     sizes: SizeSlots | None = None) -> dict:
-    """Generated kernels of the plan's kernel groups, by group id (empty for torch).
+    """Generated kernels of the lowered plan's kernel groups, by group id (empty for a
+    target that generates none).
 
     `mutated` (graph output, parameter) pairs: kernels that may store those outputs into
     the parameters' memory are told so before they are compiled (runtime/inplace.py).
     `sizes`: the slots of a symbolic program's sizes (SizeSlots)."""
-    from ..fusion import CODEGEN_TARGETS
-    if target not in CODEGEN_TARGETS:
+    if not target.generates_kernels:
         return {}
-    from ..codegen.lower import lower_cached
     from ..ir.graph import TupleType
     from .launch import KernelStep
+    plan = lowered.plan
     graph = plan.graph
-    lowered = [(g, lower_cached(graph, g.nodes))
-               for g in plan.groups if g.kind == KERNEL]
+    lowered = [(g, lowered.kernels[g.id]) for g in plan.groups if g.kind == KERNEL]
     if not lowered:
         return {}
     writes = {}
@@ -457,12 +466,7 @@ def compile_kernels(plan: FusionPlan, target: str, slot_of: dict[str, int],
         writes = plan_writes(plan, {g.id: k for g, k in lowered}, list(mutated))
         lowered = [(g, may_alias(k, [(pos, graph.params[p].name) for pos, p in writes[g.id]])
                     if g.id in writes else k) for g, k in lowered]
-    if target == "cpu":
-        from ..codegen.cpu import compile_cpu
-        runs = compile_cpu([k for _, k in lowered])   # KernelBuildError: see Program
-    else:
-        from ..codegen.triton import TritonKernel
-        runs = [TritonKernel(k, interpret=(target == "interpret")) for _, k in lowered]
+    runs = target.build([k for _, k in lowered])   # KernelBuildError: see Program
     arity = {n.name: len(n.type.elements) for n in graph.nodes if isinstance(n.type, TupleType)}
     steps = {g.id: KernelStep(k, run, slot_of, arity, device, sizes)
              for (g, k), run in zip(lowered, runs)}

@@ -30,20 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.graph import Graph, Node, TensorType, TupleType
-from ..ir.ops import Category, lookup
-
-# Reductions whose reduced dims we can read from the arguments.
-_DIM_REDUCTIONS = {
-    "sum.dim_IntList", "mean.dim", "amax.default", "amin.default", "max.dim", "min.dim",
-    "argmax.default", "argmin.default", "prod.dim_int", "var.correction", "var.dim",
-    "var_mean.correction", "std.correction", "any.dim", "any.dims", "all.dim",
-    "logsumexp.default", "linalg_vector_norm.default",
-}
-_FULL_REDUCTIONS = {"sum.default", "mean.default", "max.default", "min.default",
-                    "prod.default", "any.default", "all.default"}
-SIMPLE_REDUCTIONS = frozenset(_DIM_REDUCTIONS | _FULL_REDUCTIONS)
-# GEMMs a planner may compose into a kernel when small (legality decides "small").
-FUSIBLE_DOTS = frozenset({"bmm.default", "mm.default", "addmm.default"})
+# the op kinds are flags of the op table (ir/ops.py); these names are its views
+from ..ir.ops import FULL_REDUCTIONS, FUSIBLE_DOTS, SIMPLE_REDUCTIONS, Category, lookup
 
 
 @dataclass(frozen=True)
@@ -75,7 +63,7 @@ def reduced_dims(graph: Graph, node: Node) -> tuple[tuple[int, ...], tuple[int, 
     """(input shape, sorted reduced dims) of a simple reduction."""
     src = graph[node.args[0].name].type
     shape = src.shape
-    if node.op in _FULL_REDUCTIONS:
+    if node.op in FULL_REDUCTIONS:
         return shape, tuple(range(len(shape)))
     # linalg_vector_norm(self, ord, dim, ...) puts its dims after `ord`
     at = 2 if node.op == "linalg_vector_norm.default" else 1

@@ -68,7 +68,7 @@ def test_rows_have_medians_ratios_kernels_errors(eager_only):
         assert fs["warm_start_graph_cache_hits"] == 1   # inference graphs skip AOTAutograd
         # with torch's caching precompile, Dynamo's tracing is skipped too
         assert fs["warm_start_precompiled_loads"] == 1 and fs["warm_start_precompiled_s"] > 0
-    # on the cpu target the recompute limit (fusion/patterns.MAX_RECOMPUTE) splits the
+    # on the cpu target the recompute limit (Target.max_recompute, targets/cpp.py) splits the
     # chain of five softmaxes where recomputing across row loops would cost more than it saves
     assert rows["softmax_chain"]["variants"]["fusionstitch"]["kernels"] <= 3
     s = data["summary"]

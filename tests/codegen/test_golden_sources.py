@@ -7,7 +7,7 @@ file under `tests/codegen/goldens/`:
   the test's input. Stored rather than traced, so the goldens do not depend on the
   torch version (its decompositions) and the test runs without Dynamo;
 - `<workload>.<target>.txt`: the stitch plan of each graph for `target`, then each
-  kernel group's source as the debug folder writes it (`report/source.kernel_source`:
+  kernel group's source as the debug folder writes it (`targets/source.kernel_source`:
   group, template and kernel IR as comments, then C++ or Triton).
 
 Sources are printed, not compiled, so the Triton goldens need no GPU. The C++ printer's
@@ -26,7 +26,7 @@ import pytest
 
 from fusionstitch.fusion import make_plan
 from fusionstitch.ir.text import parse, print_graph
-from fusionstitch.report.source import kernel_source
+from fusionstitch.targets.source import kernel_source
 
 HERE = os.path.join(os.path.dirname(__file__), "goldens")
 # elementwise (adam's update), a softmax chain (reductions), layernorm/softmax/gelu

@@ -8,9 +8,8 @@ import torch
 from bench import workloads as W
 from bench.plan_table import capture
 from fusionstitch.codegen import split as S
-from fusionstitch.codegen.lower import lower_cached
+from fusionstitch.fusion.lowered import lower_plan
 from fusionstitch.fusion import make_plan
-from fusionstitch.fusion.plan import KERNEL
 from tests.codegen._sm90 import compile_sm90
 
 
@@ -30,10 +29,7 @@ def test_zoo_kernels_compile_for_sm90(name, dtype):
     compiled = 0
     for g in capture(name, "small", dtype=dtype):
         plan = make_plan(g, "stitch", "cuda")
-        for group in plan.groups:
-            if group.kind != KERNEL:
-                continue
-            k = lower_cached(plan.graph, group.nodes)
+        for k in lower_plan(plan, "cuda").kernels.values():
             for meta in _variants(k):
                 src, out = compile_sm90(k, **meta)
                 assert "cubin" in out.asm, (name, group.id, meta)

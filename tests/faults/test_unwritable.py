@@ -70,7 +70,7 @@ def test_unwritable_cache_folder_warns_once_and_compiles(target, how, tmp_path, 
 
 @pytest.mark.parametrize("how", ["file", "read_only"])
 def test_unwritable_debug_folder_warns_once_and_compiles(how, tmp_path, monkeypatch, caplog):
-    from fusionstitch.report import debug
+    from fusionstitch import debug
     monkeypatch.setattr(debug, "_WARNED", set())
     monkeypatch.setenv("FUSIONSTITCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("FUSIONSTITCH_DEBUG_DIR", str(_blocked(tmp_path, how)))

@@ -185,12 +185,12 @@ def test_strict_raises_when_kernels_cannot_be_built(how, tmp_path, monkeypatch):
 
 
 def test_internal_error(monkeypatch, caplog):
-    import fusionstitch.frontend.torch as ft
+    from fusionstitch import compile as driver
 
     def boom(*a, **k):
         raise RuntimeError("planner bug")
 
-    monkeypatch.setattr(ft, "make_plan", boom)
+    monkeypatch.setattr(driver, "make_plan", boom)
     with caplog.at_level(logging.WARNING, logger="fusionstitch"):
         s = _run(lambda x: x.sin() + 1, torch.randn(6), calls=3, target="interpret")
     assert s["fallbacks"] == 3 and s["kernels_launched"] == 0

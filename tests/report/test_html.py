@@ -12,7 +12,7 @@ from fusionstitch.report.explain import GraphReport, Report
 from fusionstitch.report.html import (SOURCE_CAP_LINES, boundaries_text, fusion_boundaries,
                                       graph_sources, group_ir, report_html, source_view,
                                       write_report_dir)
-from fusionstitch.report.source import kernel_source
+from fusionstitch.targets.source import kernel_source
 
 
 def _library_report():
@@ -137,9 +137,9 @@ def test_a_group_that_does_not_lower_shows_the_reason(monkeypatch):
     from fusionstitch.codegen import lower
     monkeypatch.delenv("FUSIONSTITCH_STRICT", raising=False)
 
-    def refuse(graph, names):
+    def refuse(graph, names, kernel_name):
         raise lower.Unsupported("no rule lowers <this> group")
-    monkeypatch.setattr(lower, "lower_cached", refuse)
+    monkeypatch.setattr(lower, "lower_group", refuse)
     rep = _small_report()
     page = report_html(rep)
     assert page.count("no C++ source: Unsupported: no rule lowers &lt;this&gt; group") == 2

@@ -2,8 +2,8 @@
 
 One function, kernel_source(), serves every place that shows generated code: the
 debug folder (`kernels/kNNN.py|.cpp`), the HTML report and `fusionstitch explain
---out DIR` (`DIR/kernels/<graph>/kNNN.*`). It lowers the group (`lower_cached`, the
-same kernel IR the runtime compiles) and prints it: C++ for target `cpu`, Triton for
+--out DIR` (`DIR/kernels/<graph>/kNNN.*`). It lowers the group (the kernel IR the
+runtime compiles, when the caller has it) and prints it: C++ for target `cpu`, Triton for
 `cuda` and `interpret`. Nothing is compiled or loaded, so a report on a machine
 without a GPU or a C++ compiler still shows the code.
 
@@ -14,12 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..fusion import CODEGEN_TARGETS
-from ..fusion.plan import FREE, KERNEL, FusionPlan, Group
-
-# target -> (language, file extension, comment marker)
-LANGUAGES = {"cpu": ("C++", "cpp", "//"), "cuda": ("Triton", "py", "#"),
-             "interpret": ("Triton", "py", "#")}
+from ..ir.ops import FREE, KERNEL
+from . import Target, resolve
 
 
 @dataclass(frozen=True)
@@ -44,49 +40,38 @@ class KernelSource:
         return self.header + "\n\n" + self.source
 
 
-def _no_source(group: Group, target: str) -> str:
+def _no_source(group, target: Target) -> str:
     if group.kind == FREE:
         return "free: views and bitcasts, no kernel"
     if group.kind != KERNEL:
         return "library call: runs through torch (a vendor library), no generated source"
-    return f"target {target!r} generates no kernels: plans run group by group through torch"
+    return f"target {target.name!r} generates no kernels: plans run group by group through torch"
 
 
-def persistent_rule(target: str):
-    """Which reduce components keep their row on chip on `target` (the Triton targets), for
-    the template; None where none does (the C++ target: its row buffers are in rowbuf.py)."""
-    if target not in ("cuda", "interpret"):
-        return None
-    from ..codegen.triton import reduce_schedule
-    return lambda c: reduce_schedule(c, target == "interpret")
+def kernel_source(plan, group, target: str | Target, kernel=None) -> KernelSource:
+    """The source `target` generates for `group` of `plan` (a fusion.plan.FusionPlan;
+    library and free groups get a reason).
 
-
-def kernel_source(plan: FusionPlan, group: Group, target: str, kernel=None) -> KernelSource:
-    """The source `target` generates for `group` (library and free groups get a reason).
-
-    `kernel`: the group's lowered Kernel when the caller has it (the runtime's steps).
-    A group that does not lower or print (legalisation should have split it) gets the
-    error as its reason instead of raising, unless FUSIONSTITCH_STRICT is set.
+    `kernel`: the group's lowered Kernel when the caller has it (the lowered plan, the
+    runtime's steps); else the group is lowered here. A group that does not lower or
+    print (legalisation should have split it) gets the error as its reason instead of
+    raising, unless FUSIONSTITCH_STRICT is set.
     """
-    if group.kind != KERNEL or target not in CODEGEN_TARGETS:
+    target = resolve(target)
+    if group.kind != KERNEL or not target.generates_kernels:
         return KernelSource(group.id, reason=_no_source(group, target))
     from ..codegen.kernel import kernel_text, template
-    from ..codegen.lower import lower_cached
-    language, ext, comment = LANGUAGES[target]
+    language, ext, comment = target.language.name, target.language.ext, \
+        target.language.comment
     try:
-        k = kernel if kernel is not None else lower_cached(plan.graph, group.nodes)
-        if target == "cpu":
-            from ..codegen.cpu import cpp_source
-            source = cpp_source(k)
-        else:
-            from ..codegen.triton import triton_source
-            source = triton_source(k, interpret=target == "interpret")[1]
+        k = kernel if kernel is not None else target.lower(plan.graph, group.nodes)
+        source = target.render(k)
     except Exception as e:  # noqa: BLE001 - a report shows the failure, it does not stop
-        from ..frontend.torch import strict
-        if strict():
+        from .. import config
+        if config.strict():
             raise
         return KernelSource(group.id, reason=f"no {language} source: {type(e).__name__}: {e}")
-    tpl = template(k, persistent_rule(target))
+    tpl = template(k, target.persistent_rule())
     ops = " ".join(f"%{n}={plan.graph[n].op}" for n in group.nodes)
     lines = [f"group #{group.id} ({group.composition}) {tpl}: {ops}", ""]
     lines += kernel_text(k).splitlines()

@@ -18,7 +18,7 @@ import logging
 import os
 from typing import Any, Callable
 
-from .. import config
+from . import config
 
 log = logging.getLogger("fusionstitch.report")
 _WARNED: set[str] = set()
@@ -100,7 +100,7 @@ def dumper(graph_name: str, strategy: str, target: str) -> Callable[[str, Any], 
 
 def dump_kernels(folder: str, plan, steps: dict, target: str) -> None:
     """Write each generated kernel's source, with its group and kernel IR as a header."""
-    from .source import kernel_source
+    from .targets.source import kernel_source
     out = os.path.join(folder, "kernels")
     try:
         os.makedirs(out, exist_ok=True)
