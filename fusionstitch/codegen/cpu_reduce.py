@@ -25,7 +25,7 @@ from .cpu_build import CannotPrint
 from .cpu_index import lowering_value, specialize
 from .cpu_types import (FLOATS, HALVES, INT_LIMITS, INTS, REDUCE_INIT_FLOAT, WIDE_UNSIGNED,
                         ctype)
-from .kernel import Component, Constant, Index, Load, Op, Reduce, varies_with_r
+from .kernel import Component, Constant, Index, Load, Op, Reduce, Store, varies_with_r
 from .rowbuf import RowPlan, plan_rows, uses
 
 # columns of one block of the column order (one cache line of f32 x 4, SIMD lanes x 8)
@@ -90,6 +90,24 @@ def short_rows(c: Component, expected) -> bool:
     rn = lowering_value(c.rnumel, expected)
     xn = lowering_value(c.xnumel, expected)
     return rn is not None and rn <= SHORT_ROW and (xn is None or xn > 1)
+
+
+def _moving_with_r(body) -> frozenset[str]:
+    """kernel.varies_with_r where rmask is the constant `true` (it is in every loop of
+    this target): the variables of a loop over r that depend on r itself."""
+    moving = {"r"}
+    for s in body:
+        if isinstance(s, Reduce):
+            reads = moving
+        elif isinstance(s, Op):
+            reads = set(s.args)
+        elif isinstance(s, (Load, Index)):
+            reads = E.free_vars(s.index) | ({s.mask} if getattr(s, "mask", None) else set())
+        else:
+            continue
+        if reads & moving:
+            moving.add(s.var)
+    return frozenset(moving - {"r"})
 
 
 def _dtype(s) -> str:
@@ -334,8 +352,13 @@ class ReduceLoops:
         later loop reads again are kept in per-thread row buffers of COLUMN_BLOCK x rnumel
         elements (rowbuf.py) when they fit COLUMN_ROWBUF_BYTES at the lowering-time size."""
         from .cpu import PARALLEL_GRAIN, _simd_safe
-        everything = [s for loop in c.loops for s in loop.body] + list(c.body)
-        rows = self.split_sizes(everything, "x")
+        # x is split in rows only for the streams (accesses that move with r and x): a
+        # block then holds consecutive x of one row. When the streams read x itself, a
+        # block spans rows (rows of 16 gave 16-lane blocks whose loop over r cost more
+        # than its lanes); operands read at digits of x alone are per block (lane arrays)
+        streams = [s for loop in c.loops for s in loop.body
+                   if isinstance(s, (Load, Store)) and "r" in E.free_vars(s.index)]
+        rows = self.split_sizes(streams, "x")
         self.emit(depth, f"// columns: blocks of {COLUMN_BLOCK} x, r outside, x inside")
         if rows is None:
             self.emit(depth, f"const int64_t xblocks = (xnumel + {COLUMN_BLOCK - 1}) / "
@@ -351,8 +374,16 @@ class ReduceLoops:
             self.emit(depth, "const int64_t xblocks = (xnumel + xinner - 1) / xinner * "
                              "xrow_blocks;")
         rn = lowering_value(c.rnumel, self.expected)
+        # a block holds at most one row of xinner lanes: the buffers' size at the
+        # lowering-time sizes is that many lanes, not COLUMN_BLOCK (rows of 16 x 2048
+        # recomputed an exp per element in the second loop for want of 512 KiB)
+        width = COLUMN_BLOCK
+        if rows is not None:
+            inner = lowering_value(rows[-1], self.expected)
+            if inner is not None:
+                width = max(1, min(COLUMN_BLOCK, inner))
         self.rowplan = plan_rows(c) if rn is not None and \
-            rn * COLUMN_BLOCK * 8 <= COLUMN_ROWBUF_BYTES else RowPlan()
+            rn * width * 8 <= COLUMN_ROWBUF_BYTES else RowPlan()
         parallel = f"if(parallel: xblocks > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})"
         outer = depth
         if self.rowplan:
@@ -409,19 +440,26 @@ class ReduceLoops:
         plan = self.rowplan
         live = plan.live.get(j)
         reuses, saves = plan.reuses.get(j, {}), plan.saves.get(j, {})
-        moving = varies_with_r(body) | set(reuses)
+        # rmask is `true` in every loop this target prints (r runs exactly to rnumel):
+        # a load masked by xmask & rmask that reads no r (a broadcast operand at x % n)
+        # is per block too; values kept in row buffers stay in the loop over r
+        moving = _moving_with_r(body) | set(reuses) | set(saves)
         body = [s for s in body if live is None or getattr(s, "var", None) is None
                 or s.var in live]
         fixed = [s for s in body if isinstance(s, (Load, Index, Op)) and s.var not in moving]
+        # bools that do not vary with r (xmask & rmask) are computed in both places, never
+        # kept in lane arrays: a load masked by a bool read from memory does not vectorise
+        both = {s.var for s in fixed if _dtype(s) == "b8"}
         consts = [s for s in body if isinstance(s, Constant)]
-        rest = [s for s in body if s not in fixed and not isinstance(s, Constant)]
+        rest = [s for s in body if (s not in fixed or s.var in both)
+                and not isinstance(s, Constant)]
         read = {a for s in rest for a in uses(s)}
-        kept = [s for s in fixed if s.var in read]
+        kept = [s for s in fixed if s.var in read and s.var not in both]
         if kept:
             self.emit(d, f"// loop {j}: what does not vary with r, once per block")
             for s in kept:
                 self.emit(d, f"{ctype(_dtype(s))} {self.lane(s.var)}[{COLUMN_BLOCK}];")
-            self.lane_loop(d, consts + fixed, lanes, None, True,
+            self.lane_loop(d, consts + fixed, lanes, None, True, mask="rmask",
                            after=[(s.var, self.lane(s.var)) for s in kept])
             for s in kept:
                 lanes[s.var] = (_dtype(s), self.lane(s.var))

@@ -223,3 +223,46 @@ def test_short_rows_run_in_columns(fn):
             for g, w in zip(got if isinstance(got, tuple) else (got,),
                             want if isinstance(want, tuple) else (want,)):
                 torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.filterwarnings("ignore:var\\(\\): degrees of freedom")
+@pytest.mark.parametrize("kind", ["sum", "amax", "var"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_column_blocks_span_rows_when_the_streams_read_x(kind, dim):
+    """Column reductions of exp(-x*x) * w with w along a short last dim (the corpus's
+    reduce-<kind>-d0/d1): over dim 0 the streams read x itself, so a block holds
+    COLUMN_BLOCK consecutive x across rows, and w (read at x % n) is a lane array computed
+    once per block; no bool lane arrays (a load masked by a bool read from memory does
+    not vectorise); row buffers sized by the block's true width. Compared to eager on odd
+    sizes (tails of blocks and rows), NaN and strided inputs."""
+    w = torch.randn(16)
+
+    def f(x, w):
+        y = torch.exp(-x * x) * w
+        r = {"sum": lambda: y.sum(dim, keepdim=True), "amax": lambda: y.amax(dim, keepdim=True),
+             "var": lambda: y.var(dim, keepdim=True)}[kind]()
+        return (y - r) * 2.0, r
+    x = torch.randn(256, 8, 16) if dim == 0 else torch.randn(64, 8, 16)
+    _, srcs = kernel_sources(f, x, w)
+    dense = [s[s.index("// dense"):].split("} else {")[0] for s in srcs if "// dense" in s]
+    assert any("columns:" in d for d in dense), srcs
+    for d in dense:
+        assert not re_search(r"bool \w+\[64\]", d), d
+        if dim == 0 and "columns:" in d:
+            assert "xinner" not in d, "blocks span rows: x is not split"
+    torch._dynamo.reset()
+    c = torch.compile(f, backend=fusionstitch.backend(target="cpu"), dynamic=True)
+    nan = torch.randn(7, 5, 3)
+    nan[2, 1, 0] = float("nan")
+    with torch.no_grad():
+        for t in (x, torch.randn(37, 5, 3), torch.randn(3, 9, 67), nan,
+                  torch.randn(1, 1, 16), torch.randn(9, 6, 10)[:, :, ::2],
+                  torch.randn(5, 6, 7).transpose(0, 1)):
+            ww = torch.randn(t.shape[-1])
+            for g, e in zip(c(t, ww), f(t, ww)):
+                torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+def re_search(pattern, text):
+    import re
+    return re.search(pattern, text)
