@@ -22,6 +22,7 @@ import math
 
 from . import expr as E
 from .cpu_build import CannotPrint
+from .cpu_flat import PARALLEL_GRAIN, simd_safe
 from .cpu_index import lowering_value, specialize
 from .cpu_types import (FLOATS, HALVES, INT_LIMITS, INTS, REDUCE_INIT_FLOAT, WIDE_UNSIGNED,
                         ctype)
@@ -53,6 +54,11 @@ COLUMN_ROWBUF_BYTES = 512 * 1024
 # over [16384, 4, 4] dim 2 2.3 -> 0.6 ms, softmax over [32768, 8] 1.46 -> 0.63 ms;
 # rows of 32 were slower in columns (0.21 -> 0.26 ms)
 SHORT_ROW = 16
+# column reductions whose rows are expected at most this long get a version for that
+# length (`if (rnumel == 4)`): a constant r loop inside the lane loops unrolls, where r
+# outside ran a 16- or 64-lane loop per element of the row (var over [4096, 4, 16] dim
+# 1: 2x Inductor's time)
+TINY_R = 8
 _CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 
 
@@ -119,13 +125,28 @@ class ReduceLoops:
     """Printing of reduce components; mixed into cpu._Printer."""
 
     def reduce_component(self, depth: int, c: Component) -> None:
-        from .cpu import PARALLEL_GRAIN
         if c.xnumel == E.ONE:
             self.single_row(depth, c)
             return
         numel = {b.name: max(1, math.prod(b.shape)) for b in self.k.buffers}
         if self.fast and (short_rows(c, self.expected) or
                           column_major(c, specialize, self.expected, numel)):
+            rn = lowering_value(c.rnumel, self.expected)
+            if rn is not None and 1 < rn <= TINY_R and not E.free_vars(c.rnumel):
+                # rows as long as expected get their own version: rnumel a constant, the
+                # loop over r inside each lane loop, where it unrolls (loops over r of 4
+                # around lane loops cost more than their few elements)
+                self.emit(depth, f"if (rnumel == {rn}) {{")
+                self.emit(depth + 1, f"const int64_t rnumel = {rn};  // shadows: r unrolls")
+                self.r_inside = True
+                try:
+                    self.columns(depth + 1, c)
+                finally:
+                    self.r_inside = False
+                self.emit(depth, "} else {")
+                self.columns(depth + 1, c)
+                self.emit(depth, "}")
+                return
             self.columns(depth, c)
             return
         self.rowplan = plan_rows(c)
@@ -244,10 +265,9 @@ class ReduceLoops:
 
     # -- a loop over r (rows and one-row orders)
     def loop(self, depth: int, j: int, body, env: dict[str, str]) -> None:
-        from .cpu import PARALLEL_GRAIN, _simd_safe
         reduces = [s for s in body if isinstance(s, Reduce)]
         accs, clauses, simd = self.accumulators(depth, reduces)
-        simd = simd and _simd_safe(body, ("r",))
+        simd = simd and simd_safe(body, ("r",))
         self.emit(depth, f"// loop {j} over r")
         # the per-x index terms the loop reads are computed once before it
         with self.hoisting(depth, {"x"}):
@@ -351,7 +371,6 @@ class ReduceLoops:
         loop, not once per element (a division or an exp per element otherwise); values a
         later loop reads again are kept in per-thread row buffers of COLUMN_BLOCK x rnumel
         elements (rowbuf.py) when they fit COLUMN_ROWBUF_BYTES at the lowering-time size."""
-        from .cpu import PARALLEL_GRAIN, _simd_safe
         # x is split in rows only for the streams (accesses that move with r and x): a
         # block then holds consecutive x of one row. When the streams read x itself, a
         # block spans rows (rows of 16 gave 16-lane blocks whose loop over r cost more
@@ -424,7 +443,7 @@ class ReduceLoops:
                     self.column_loop(d, j, loop.body, lanes)
                 if c.body:
                     self.emit(d, "// per x")
-                    self.lane_loop(d, c.body, lanes, None, _simd_safe(c.body, ("x",)))
+                    self.lane_loop(d, c.body, lanes, None, simd_safe(c.body, ("x",)))
         finally:
             self.rows = None
         self.emit(depth, "}")
@@ -436,7 +455,6 @@ class ReduceLoops:
     def column_loop(self, d: int, j: int, body, lanes: dict) -> None:
         """Loop j over r of the column order: its r-invariant statements once per block
         (into lane arrays), then r outside and the block's lanes inside."""
-        from .cpu import _simd_safe
         plan = self.rowplan
         live = plan.live.get(j)
         reuses, saves = plan.reuses.get(j, {}), plan.saves.get(j, {})
@@ -466,11 +484,16 @@ class ReduceLoops:
         reduces = [s for s in rest if isinstance(s, Reduce)]
         accs, _, simd = self.accumulators(d, reduces, lanes=True)
         self.emit(d, f"// loop {j} over r")
-        self.emit(d, "for (int64_t r = 0; r < rnumel; ++r) {")
-        self.lane_loop(d + 1, consts + rest, lanes, accs,
-                       simd and _simd_safe(rest, ("x",)), mask="rmask",
-                       reuses=reuses, saves=saves)
-        self.emit(d, "}")
+        if self.r_inside:
+            self.lane_loop(d, consts + rest, lanes, accs,
+                           simd and simd_safe(rest, ("x",)), mask="rmask",
+                           reuses=reuses, saves=saves, r_inside=True)
+        else:
+            self.emit(d, "for (int64_t r = 0; r < rnumel; ++r) {")
+            self.lane_loop(d + 1, consts + rest, lanes, accs,
+                           simd and simd_safe(rest, ("x",)), mask="rmask",
+                           reuses=reuses, saves=saves)
+            self.emit(d, "}")
         for red in reduces:
             col = self.lane(red.var)
             acc, nan = accs[red.var]
@@ -480,10 +503,13 @@ class ReduceLoops:
             lanes[red.var] = (red.dtype, col)
 
     def lane_loop(self, depth: int, body, lanes: dict, accs, simd: bool,
-                  mask: str | None = None, after=(), reuses=None, saves=None) -> None:
+                  mask: str | None = None, after=(), reuses=None, saves=None,
+                  r_inside: bool = False) -> None:
         """for xl in the block: x = x0 + xl (xi = xi0 + xl when x is split in rows), the
         lane values `body` reads unpacked, `body`, then `after` (var, array) stored.
-        `reuses` / `saves`: values read from / kept in row buffers (at r * rbw + xl)."""
+        `reuses` / `saves`: values read from / kept in row buffers (at r * rbw + xl).
+        `r_inside`: `body` runs in a loop over r inside the lane's iteration (each lane's
+        r in order as before; lanes are independent)."""
         reuses, saves = reuses or {}, saves or {}
         if simd:
             self.emit(depth, "#pragma omp simd")
@@ -500,6 +526,12 @@ class ReduceLoops:
             if var in read:
                 self.emit(depth + 1, f"const {ctype(dt)} {self.var(var)} = {arr}[xl];")
                 env[var] = dt
+        if r_inside:
+            # unrolled (GCC keeps a loop with an exp inside), or the lane loop around it
+            # does not vectorise ("not suitable for strided load")
+            self.emit(depth + 1, f"#pragma GCC unroll {TINY_R}")
+            self.emit(depth + 1, "for (int64_t r = 0; r < rnumel; ++r) {")
+            depth += 1
         for s in body:
             var = getattr(s, "var", None)
             if var in reuses:
@@ -512,6 +544,9 @@ class ReduceLoops:
             if var in saves:
                 self.emit(depth + 1, f"{self.rowbuf(saves[var])}[r * rbw + xl] = "
                                      f"{self.var(var)};")
+        if r_inside:
+            depth -= 1
+            self.emit(depth + 1, "}")
         for var, arr in after:
             self.emit(depth + 1, f"{arr}[xl] = {self.var(var)};")
         self.emit(depth, "}")

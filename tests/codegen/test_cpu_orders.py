@@ -225,7 +225,7 @@ def test_short_rows_run_in_columns(fn):
                 torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
-@pytest.mark.filterwarnings("ignore:var\\(\\): degrees of freedom")
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom")
 @pytest.mark.parametrize("kind", ["sum", "amax", "var"])
 @pytest.mark.parametrize("dim", [0, 1])
 def test_column_blocks_span_rows_when_the_streams_read_x(kind, dim):
@@ -266,3 +266,58 @@ def test_column_blocks_span_rows_when_the_streams_read_x(kind, dim):
 def re_search(pattern, text):
     import re
     return re.search(pattern, text)
+
+
+@pytest.mark.parametrize("fn", ["var_mean", "sumsq", "softmax", "amax_sub"])
+def test_tiny_rows_get_a_version_with_r_unrolled_inside_the_lanes(fn):
+    """Column reductions over rows expected at most TINY_R long get an `if (rnumel == n)`
+    version whose loop over r runs inside each lane loop and unrolls; other lengths at
+    run time take the general version. Both compared to eager (odd sizes, rows longer
+    and shorter than expected, NaN, strided)."""
+    f = {"var_mean": lambda x: torch.var_mean(x, 1, correction=1),
+         "sumsq": lambda x: (x * x).sum(-1),
+         "softmax": lambda x: torch.softmax(x, -1),
+         "amax_sub": lambda x: x - x.amax(1, keepdim=True)}[fn]
+    x = torch.randn(64, 4, 4)
+    _, srcs = kernel_sources(f, x)
+    assert any("if (rnumel == 4) {" in s and "#pragma GCC unroll" in s for s in srcs), srcs
+    torch._dynamo.reset()
+    c = torch.compile(f, backend=fusionstitch.backend(target="cpu"), dynamic=True)
+    nan = torch.randn(5, 4, 4)
+    nan[1, 2, 3] = float("nan")
+    with torch.no_grad():
+        for t in (x, torch.randn(3, 5, 7), torch.randn(2, 3, 300), torch.randn(7, 4, 3),
+                  torch.randn(4, 2, 4), nan, torch.randn(9, 4, 8)[:, :, ::2],
+                  torch.randn(4, 6, 4).transpose(1, 2)):
+            got, want = c(t), f(t)
+            for g, w in zip(got if isinstance(got, tuple) else (got,),
+                            want if isinstance(want, tuple) else (want,)):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("case", ["outer", "mid_operand", "rank4", "rank4_not_last"])
+def test_broadcast_exp_is_computed_once_per_row_group(case):
+    """exp of an operand broadcast along a middle dim (the corpus's bcast-outer:
+    exp(-(x[:, :1, :1] * w) ** 2) + x) is computed once per group of rows sharing it (a
+    per-thread row cache keyed by xo without its last digit), not once per row; where
+    the operand varies with the last digit of xo there is no cache. Compared to eager on
+    odd sizes, strided and empty inputs (dynamic shapes: one kernel for all)."""
+    fns = {"outer": lambda x, a: torch.exp(-(x[:, :1, :1] * a) ** 2) + x,
+           "mid_operand": lambda x, a: torch.sin(x[:, :1, :] * 0.5) * a + x,
+           "rank4": lambda x, a: torch.tanh(x[:, :, :1, :] + a) * x,
+           "rank4_not_last": lambda x, a: torch.tanh(x[:, :1, :, :] + a) * x}
+    f = fns[case]
+    rank4 = case.startswith("rank4")
+    x = torch.randn(2, 3, 4, 16) if rank4 else torch.randn(4, 8, 64)
+    _, srcs = kernel_sources(f, x, torch.randn(x.shape[-1]))
+    cached = any("rc_now" in s for s in srcs)
+    assert cached == (case != "rank4_not_last"), srcs
+    torch._dynamo.reset()
+    c = torch.compile(f, backend=fusionstitch.backend(target="cpu"), dynamic=True)
+    shapes = [(2, 3, 4, 16), (3, 5, 7, 9), (1, 1, 1, 3), (2, 0, 3, 4)] if rank4 else \
+        [(4, 8, 64), (3, 5, 7), (1, 1, 5), (5, 7, 4097), (2, 0, 3)]
+    with torch.no_grad():
+        for shape in shapes:
+            for t in (torch.randn(*shape), torch.randn(*shape[:-1], 2 * shape[-1])[..., ::2]):
+                a = torch.randn(shape[-1])
+                torch.testing.assert_close(c(t, a), f(t, a), rtol=1e-5, atol=1e-6)
