@@ -26,6 +26,8 @@ PARALLEL_GRAIN = 32768
 # unsplit against 1.1-1.3 ms in rows of 4 (one thread, 2026-11; Inductor 2.6 ms). A cheap
 # body gains nothing from rows that short (x + w[4]: 0.7 ms unsplit, 0.5-1.2 in rows)
 ROW_BLOCK = 4096
+# rows expected shorter than this may run across rows (xi outside, xo inside: across_rows)
+ACROSS_ROW = 8
 MIN_ROW = 16
 MIN_COSTLY_ROW = 2
 COSTLY_OPS = frozenset(("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan",
@@ -65,6 +67,9 @@ class FlatLoops:
             self.masks(depth + 1, c.body, "xmask")
             self.stmts(depth + 1, c.body, {}, None)
             self.emit(depth, "}")
+            return
+        if self.across_rows(c.body, rows):
+            self.flat_across_rows(depth, c, rows, simd)
             return
         # x = xo * xinner + xi with 0 <= xi < xinner: the last digit of x over `rows` is
         # xi and the others are digits of xo, exactly, whatever xnumel is (the last row
@@ -122,6 +127,57 @@ class FlatLoops:
             for _, arr in cache.values():
                 self.emit(depth, f"__builtin_free({arr});")
             self.emit(outer, "}")
+
+    def across_rows(self, body, rows) -> bool:
+        """Whether x = xo * xinner + xi runs xi outside and xo inside: rows expected
+        shorter than ACROSS_ROW (a loop over them fills no vector) over two sizes, whose
+        accesses read a row's value (at xo alone) more often than they read along xi.
+        A stack of per-row vectors (cat of [N, 1] columns into [N, 4]) then reads each
+        operand contiguously with its select uniform, where rows of 4 ran a select chain
+        per element (3x Inductor's four strided copies)."""
+        last = lowering_value(rows[-1], self.expected)
+        if len(rows) != 2 or last is None or last >= ACROSS_ROW:
+            return False
+        per_row = along = 0
+        for s in body:
+            if isinstance(s, (Load, Store)):
+                e = specialize(s.index, self.expected)[0] if self.fast else s.index
+                fv = E.free_vars(split_rows(e, rows))
+                if "xi" in fv or "x" in fv:
+                    along += 1
+                elif "xo" in fv:
+                    per_row += 1
+        return per_row > along
+
+    def flat_across_rows(self, depth: int, c: Component, rows, simd: str) -> None:
+        """The flat loop with xi outside and xo inside, in blocks of ROW_BLOCK rows (the
+        parallel loop)."""
+        last = self.index(rows[-1], {})
+        self.emit(depth, f"const int64_t xinner = {last} > 0 ? {last} : 1;  "
+                         f"// x = xo * xinner + xi, xi outside")
+        self.emit(depth, "const int64_t xouter = (xnumel + xinner - 1) / xinner;")
+        self.emit(depth, f"#pragma omp parallel for schedule(static) "
+                         f"if(parallel: xnumel >= {PARALLEL_GRAIN})")
+        self.emit(depth, f"for (int64_t xob = 0; xob < xouter; xob += {ROW_BLOCK}) {{")
+        self.emit(depth + 1, f"const int64_t xo_block_end = xouter - xob < {ROW_BLOCK} ? "
+                             f"xouter : xob + {ROW_BLOCK};")
+        self.emit(depth + 1, "for (int64_t xi = 0; xi < xinner; ++xi) {")
+        d = depth + 2
+        # the rows holding element xi: xo * xinner + xi < xnumel (the last may be partial)
+        self.emit(d, "const int64_t xo_lim = (xnumel - xi + xinner - 1) / xinner;")
+        self.emit(d, "const int64_t xo_end = xo_block_end < xo_lim ? xo_block_end : xo_lim;")
+        with self.hoisting(d, {"xi"}):
+            if simd:
+                self.emit(d, "#pragma omp simd")
+            self.emit(d, "for (int64_t xo = xob; xo < xo_end; ++xo) {")
+            self.emit(d + 1, "const int64_t x = xo * xinner + xi;")
+            self.masks(d + 1, c.body, "xmask")
+            self.rows = rows
+            self.stmts(d + 1, c.body, {}, None)
+            self.rows = None
+            self.emit(d, "}")
+        self.emit(depth + 1, "}")
+        self.emit(depth, "}")
 
     def row_cache(self, body, rows) -> dict[str, tuple[str, str]]:
         """Values of a flat loop in rows over three or more sizes that do not depend on

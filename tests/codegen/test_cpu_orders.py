@@ -321,3 +321,24 @@ def test_broadcast_exp_is_computed_once_per_row_group(case):
             for t in (torch.randn(*shape), torch.randn(*shape[:-1], 2 * shape[-1])[..., ::2]):
                 a = torch.randn(shape[-1])
                 torch.testing.assert_close(c(t, a), f(t, a), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_stacked_columns_run_across_rows(n):
+    """torch.stack of n per-row vectors along the last dim (the simulation's final state):
+    rows of n < ACROSS_ROW whose operands are read per row run xi outside and xo inside
+    (each operand read contiguously, its select uniform); compared to eager for other
+    lengths, strided and empty inputs through the same (dynamic) kernel."""
+    def f(*vs):
+        return torch.stack([torch.sin(v) if i % 2 else v * 2.0 for i, v in enumerate(vs)], 1)
+    vs = [torch.randn(64) for _ in range(n)]
+    _, srcs = kernel_sources(f, *vs)
+    assert any("xi outside" in s for s in srcs), srcs
+    torch._dynamo.reset()
+    c = torch.compile(f, backend=fusionstitch.backend(target="cpu"), dynamic=True)
+    with torch.no_grad():
+        for m in (64, 5, 1, 4099, 0):
+            args = [torch.randn(m) for _ in range(n)]
+            torch.testing.assert_close(c(*args), f(*args))
+            args = [torch.randn(2 * m)[::2] for _ in range(n)]
+            torch.testing.assert_close(c(*args), f(*args))
