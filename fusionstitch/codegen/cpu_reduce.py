@@ -98,10 +98,11 @@ def short_rows(c: Component, expected) -> bool:
     return rn is not None and rn <= SHORT_ROW and (xn is None or xn > 1)
 
 
-def _moving_with_r(body) -> frozenset[str]:
+def _moving_with_r(body, kept=frozenset()) -> frozenset[str]:
     """kernel.varies_with_r where rmask is the constant `true` (it is in every loop of
-    this target): the variables of a loop over r that depend on r itself."""
-    moving = {"r"}
+    this target): the variables of a loop over r that depend on r itself, or on the
+    values `kept` in row buffers (read per r, whatever they depend on)."""
+    moving = {"r"} | set(kept)
     for s in body:
         if isinstance(s, Reduce):
             reads = moving
@@ -461,7 +462,7 @@ class ReduceLoops:
         # rmask is `true` in every loop this target prints (r runs exactly to rnumel):
         # a load masked by xmask & rmask that reads no r (a broadcast operand at x % n)
         # is per block too; values kept in row buffers stay in the loop over r
-        moving = _moving_with_r(body) | set(reuses) | set(saves)
+        moving = _moving_with_r(body, set(reuses) | set(saves))
         body = [s for s in body if live is None or getattr(s, "var", None) is None
                 or s.var in live]
         fixed = [s for s in body if isinstance(s, (Load, Index, Op)) and s.var not in moving]
