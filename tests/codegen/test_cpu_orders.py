@@ -342,3 +342,29 @@ def test_stacked_columns_run_across_rows(n):
             torch.testing.assert_close(c(*args), f(*args))
             args = [torch.randn(2 * m)[::2] for _ in range(n)]
             torch.testing.assert_close(c(*args), f(*args))
+
+
+@pytest.mark.parametrize("fn", ["mean_sub", "var_mean", "softmax", "amax"])
+def test_short_rows_get_a_version_of_their_expected_length(fn):
+    """Row-order reductions over rows expected at most SMALL_R long get an
+    `if (rnumel == n)` version (known trip counts); rows of other lengths at run time take
+    the general one. Compared to eager: lengths below, at and above the expected one
+    (tails of SIMD blocks and of SUM_BLOCK), NaN, strided."""
+    f = {"mean_sub": lambda x: x - x.mean(-1, keepdim=True),
+         "var_mean": lambda x: torch.var_mean(x, -1, correction=1),
+         "softmax": lambda x: torch.softmax(x, -1),
+         "amax": lambda x: x.amax(-1)}[fn]
+    x = torch.randn(64, 32)
+    _, srcs = kernel_sources(f, x)
+    assert any("if (rnumel == 32) {" in s for s in srcs), srcs
+    torch._dynamo.reset()
+    c = torch.compile(f, backend=fusionstitch.backend(target="cpu"), dynamic=True)
+    nan = torch.randn(5, 32)
+    nan[2, 7] = float("nan")
+    with torch.no_grad():
+        for t in (x, torch.randn(3, 31), torch.randn(7, 33), torch.randn(2, 300),
+                  torch.randn(4, 1), nan, torch.randn(6, 64)[:, ::2], torch.randn(32, 5).t()):
+            got, want = c(t), f(t)
+            for g, w in zip(got if isinstance(got, tuple) else (got,),
+                            want if isinstance(want, tuple) else (want,)):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, equal_nan=True)
