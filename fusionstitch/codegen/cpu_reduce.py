@@ -247,7 +247,10 @@ class ReduceLoops:
             elif dt in FLOATS:
                 # float sums accumulate in double: a row of 1e5 elements summed in float
                 # drifts ~1e-3 from the exact value, far more than torch's pairwise sums
-                decl = "double" if red.kind == "sum" else ctype(dt)
+                # (not rows of at most TINY_R terms, r inside the lanes: no more terms in
+                # float than a lane of the row order's SUM_BLOCK adds)
+                decl = "double" if red.kind == "sum" and not (lanes and self.r_inside) \
+                    else ctype(dt)
                 init = REDUCE_INIT_FLOAT[red.kind]
             elif red.kind in ("sum", "prod"):
                 decl, init = WIDE_UNSIGNED[dt], "0" if red.kind == "sum" else "1"  # wraps
@@ -384,7 +387,7 @@ class ReduceLoops:
                 self.emit(depth, f"{self.rowbuf(saves[var])}[r] = {self.var(var)};")
 
     # -- the column order
-    def columns(self, depth: int, c: Component) -> None:
+    def columns(self, depth: int, c: Component, exact: int | None = None) -> None:
         """Blocks of COLUMN_BLOCK columns: per block, each loop over r runs the block's
         lanes inside. What does not vary with r (a column's pivot, its mean, a broadcast
         operand read at x % n) is computed once per block into lane arrays before the
@@ -398,6 +401,19 @@ class ReduceLoops:
         streams = [s for loop in c.loops for s in loop.body
                    if isinstance(s, (Load, Store)) and "r" in E.free_vars(s.index)]
         rows = self.split_sizes(streams, "x")
+        inner = lowering_value(rows[-1], self.expected) if rows is not None else None
+        if exact is None and self.r_inside and inner is not None and \
+                1 < inner <= COLUMN_BLOCK and not E.free_vars(rows[-1]):
+            # rows as long as expected (and x made of whole rows): blocks of one row with
+            # a constant number of lanes, whose lane loops then have known trips too
+            last = self.index(rows[-1], {})
+            self.emit(depth, f"if ({last} == {inner} && xnumel % {inner} == 0) {{")
+            self.columns(depth + 1, c, exact=inner)
+            self.emit(depth, "} else {")
+            self.columns(depth + 1, c, exact=0)
+            self.emit(depth, "}")
+            return
+        exact = exact or None
         self.emit(depth, f"// columns: blocks of {COLUMN_BLOCK} x, r outside, x inside")
         if rows is None:
             self.emit(depth, f"const int64_t xblocks = (xnumel + {COLUMN_BLOCK - 1}) / "
@@ -406,12 +422,16 @@ class ReduceLoops:
             # x = xo * xinner + xi: a block holds consecutive xi of one xo, so the lanes
             # read consecutive memory and the xo terms (with divisions) are per block
             last = self.index(rows[-1], {})
-            self.emit(depth, f"const int64_t xinner = {last} > 0 ? {last} : 1;  "
-                             "// x = xo * xinner + xi")
-            self.emit(depth, f"const int64_t xrow_blocks = (xinner + {COLUMN_BLOCK - 1}) / "
-                             f"{COLUMN_BLOCK};")
-            self.emit(depth, "const int64_t xblocks = (xnumel + xinner - 1) / xinner * "
-                             "xrow_blocks;")
+            if exact:
+                self.emit(depth, f"const int64_t xinner = {exact};  // x = xo * xinner + xi")
+                self.emit(depth, "const int64_t xblocks = xnumel / xinner;")
+            else:
+                self.emit(depth, f"const int64_t xinner = {last} > 0 ? {last} : 1;  "
+                                 "// x = xo * xinner + xi")
+                self.emit(depth, f"const int64_t xrow_blocks = (xinner + {COLUMN_BLOCK - 1}) / "
+                                 f"{COLUMN_BLOCK};")
+                self.emit(depth, "const int64_t xblocks = (xnumel + xinner - 1) / xinner * "
+                                 "xrow_blocks;")
         rn = lowering_value(c.rnumel, self.expected)
         # a block holds at most one row of xinner lanes: the buffers' size at the
         # lowering-time sizes is that many lanes, not COLUMN_BLOCK (rows of 16 x 2048
@@ -450,6 +470,11 @@ class ReduceLoops:
             self.emit(d, f"const int64_t x0 = xb * {COLUMN_BLOCK};")
             self.emit(d, f"const int64_t xn = xnumel - x0 < {COLUMN_BLOCK} ? xnumel - x0 : "
                          f"{COLUMN_BLOCK};")
+        elif exact:
+            self.emit(d, "const int64_t xo = xb;")
+            self.emit(d, "const int64_t xi0 = 0;")
+            self.emit(d, "const int64_t x0 = xo * xinner;")
+            self.emit(d, "const int64_t xn = xinner;")
         else:
             self.emit(d, "const int64_t xo = xb / xrow_blocks;")
             self.emit(d, f"const int64_t xi0 = (xb % xrow_blocks) * {COLUMN_BLOCK};")

@@ -250,6 +250,8 @@ def test_column_blocks_span_rows_when_the_streams_read_x(kind, dim):
         assert not re_search(r"bool \w+\[64\]", d), d
         if dim == 0 and "columns:" in d:
             assert "xinner" not in d, "blocks span rows: x is not split"
+    if dim == 1:    # rows of 8 (<= TINY_R): a version for whole rows of 16 lanes
+        assert any("if (rnumel == 8) {" in d and "xnumel % 16 == 0" in d for d in dense), dense
     torch._dynamo.reset()
     c = torch.compile(f, backend=fusionstitch.backend(target="cpu"), dynamic=True)
     nan = torch.randn(7, 5, 3)
