@@ -28,6 +28,8 @@ PARALLEL_GRAIN = 32768
 ROW_BLOCK = 4096
 # rows expected shorter than this may run across rows (xi outside, xo inside: across_rows)
 ACROSS_ROW = 8
+# row caches (FlatLoops.row_cache) hold this many blocks of ROW_BLOCK values per thread
+RC_SLOTS = 16
 MIN_ROW = 16
 MIN_COSTLY_ROW = 2
 COSTLY_OPS = frozenset(("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan",
@@ -83,16 +85,22 @@ class FlatLoops:
         cache = self.row_cache(c.body, rows)
         outer = depth
         if cache:
-            # per thread: the values of the row group last computed (rc_* its key)
+            # per thread: RC_SLOTS blocks of a row's values (a row longer than ROW_BLOCK
+            # runs in blocks, which alternate), each with the key of the row group and
+            # block it holds (rc_keys) and its end (rc_ends)
             self.emit(depth, f"const int64_t xrc = xinner < {ROW_BLOCK} ? xinner : {ROW_BLOCK};")
+            self.emit(depth, f"const int64_t rc_slots = xblocks < {RC_SLOTS} ? xblocks : "
+                             f"{RC_SLOTS};")
             self.emit(depth, f"#pragma omp parallel if(parallel: xnumel >= {PARALLEL_GRAIN})")
             self.emit(depth, "{")
             depth += 1
             for var, (dt, arr) in cache.items():
                 ct = ctype(dt)
                 self.emit(depth, f"{ct}* __restrict__ const {arr} = ({ct}*)"
-                                 f"__builtin_malloc(sizeof({ct}) * xrc);")
-            self.emit(depth, "int64_t rc_group = -1, rc_begin = -1, rc_end = -1;")
+                                 f"__builtin_malloc(sizeof({ct}) * xrc * rc_slots);")
+            self.emit(depth, f"int64_t rc_keys[{RC_SLOTS}], rc_ends[{RC_SLOTS}];")
+            self.emit(depth, f"for (int i = 0; i < {RC_SLOTS}; ++i) "
+                             "{ rc_keys[i] = -1; rc_ends[i] = -1; }")
             self.emit(depth, "#pragma omp for schedule(static)")
         else:
             self.emit(depth, f"#pragma omp parallel for schedule(static) "
@@ -118,7 +126,8 @@ class FlatLoops:
             self.emit(depth + 2, "const int64_t x = xo * xinner + xi;")
             self.masks(depth + 2, body, "xmask")
             for var, (dt, arr) in cache.items():
-                self.emit(depth + 2, f"const {ctype(dt)} {self.var(var)} = {arr}[xi - xi_begin];")
+                self.emit(depth + 2, f"const {ctype(dt)} {self.var(var)} = "
+                                     f"{arr}[rc_base + xi - xi_begin];")
             self.stmts(depth + 2, body, env, None)
             self.rows = None
             self.emit(depth + 1, "}")
@@ -234,18 +243,22 @@ class FlatLoops:
         returns the statements left for the row's loop and their environment."""
         fixed = self.row_invariant(body, rows)
         group = self.index(rows[-2], {})
-        self.emit(depth, f"const int64_t rc_now = xo / ({group} > 0 ? {group} : 1);  "
-                         "// xo without its last digit")
-        self.emit(depth, "if (rc_now != rc_group || xi_begin != rc_begin || xi_end != rc_end) {")
+        self.emit(depth, "const int64_t rc_block = xblocks == 1 ? 0 : xblock % xblocks;")
+        # the row group (xo without its last digit) and the block of the row
+        self.emit(depth, f"const int64_t rc_now = xo / ({group} > 0 ? {group} : 1) * xblocks "
+                         "+ rc_block;")
+        self.emit(depth, f"const int64_t rc_slot = rc_block % {RC_SLOTS};")
+        self.emit(depth, "const int64_t rc_base = rc_slot * xrc;")
+        self.emit(depth, "if (rc_now != rc_keys[rc_slot] || xi_end != rc_ends[rc_slot]) {")
         kept = [s for s in body if isinstance(s, Constant) or getattr(s, "var", None) in fixed]
         self.emit(depth + 1, "#pragma omp simd")
         self.emit(depth + 1, "for (int64_t xi = xi_begin; xi < xi_end; ++xi) {")
         self.masks(depth + 2, kept, "xmask")
         self.stmts(depth + 2, kept, {}, None)
         for var, (_, arr) in cache.items():
-            self.emit(depth + 2, f"{arr}[xi - xi_begin] = {self.var(var)};")
+            self.emit(depth + 2, f"{arr}[rc_base + xi - xi_begin] = {self.var(var)};")
         self.emit(depth + 1, "}")
-        self.emit(depth + 1, "rc_group = rc_now; rc_begin = xi_begin; rc_end = xi_end;")
+        self.emit(depth + 1, "rc_keys[rc_slot] = rc_now; rc_ends[rc_slot] = xi_end;")
         self.emit(depth, "}")
         env = {var: dt for var, (dt, _) in cache.items()}
         rest = [s for s in body if isinstance(s, Constant) or getattr(s, "var", None) not in fixed]
