@@ -145,7 +145,7 @@ class FlatLoops:
         operand contiguously with its select uniform, where rows of 4 ran a select chain
         per element (3x Inductor's four strided copies)."""
         last = lowering_value(rows[-1], self.expected)
-        if len(rows) != 2 or last is None or last >= ACROSS_ROW:
+        if len(rows) != 2 or type(last) is not int or last >= ACROSS_ROW:
             return False
         per_row = along = 0
         for s in body:

@@ -136,7 +136,7 @@ class ReduceLoops:
         if self.fast and (short_rows(c, self.expected) or
                           column_major(c, specialize, self.expected, numel)):
             rn = lowering_value(c.rnumel, self.expected)
-            if rn is not None and 1 < rn <= TINY_R and not E.free_vars(c.rnumel):
+            if type(rn) is int and 1 < rn <= TINY_R and not E.free_vars(c.rnumel):
                 # rows as long as expected get their own version: rnumel a constant, the
                 # loop over r inside each lane loop, where it unrolls (loops over r of 4
                 # around lane loops cost more than their few elements)
@@ -154,7 +154,9 @@ class ReduceLoops:
             self.columns(depth, c)
             return
         rn = lowering_value(c.rnumel, self.expected)
-        if self.fast and rn is not None and 1 < rn <= SMALL_R and not E.free_vars(c.rnumel):
+        # (a size whose lowering-time value is symbolic, dynamic training's batch, has no
+        # version of its own: the value must print as a C literal)
+        if self.fast and type(rn) is int and 1 < rn <= SMALL_R and not E.free_vars(c.rnumel):
             # short rows as long as expected get their own version: rnumel a constant,
             # the loops over r have known trips (no remainder loops, SUM_BLOCK's blocks
             # fold away; mean over rows of 32: 1.25x Inductor's time with them)
@@ -402,7 +404,7 @@ class ReduceLoops:
                    if isinstance(s, (Load, Store)) and "r" in E.free_vars(s.index)]
         rows = self.split_sizes(streams, "x")
         inner = lowering_value(rows[-1], self.expected) if rows is not None else None
-        if exact is None and self.r_inside and inner is not None and \
+        if exact is None and self.r_inside and type(inner) is int and \
                 1 < inner <= COLUMN_BLOCK and not E.free_vars(rows[-1]):
             # rows as long as expected (and x made of whole rows): blocks of one row with
             # a constant number of lanes, whose lane loops then have known trips too
