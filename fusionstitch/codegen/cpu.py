@@ -5,7 +5,8 @@ all kernels of one graph into one shared library.
     compile_cpu(kernels)    one g++ run per graph (cached on disk), one callable per kernel
 
 The helpers every library starts with are `cpu_preamble.PREAMBLE`; compiling, the
-disk cache and loading are `cpu_build.py`.
+disk cache and loading are `cpu_build.py`; the loops of flat components `cpu_flat.py`,
+of reduce components `cpu_reduce.py` (mixins of the printer here).
 
 A compiled callable `run(buffers, syms)` takes the tensors of `Kernel.buffers` in
 order and the integer values of `Kernel.syms` in order; it calls the C function
@@ -113,7 +114,6 @@ in-process table or on disk).
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import re
 from collections.abc import Callable
@@ -126,8 +126,7 @@ from . import expr as E
 from .cpu_build import (ERROR_ARG, FLAGS, CannotPrint, CompileFailed,  # noqa: F401
                         CompilerUnavailable, KernelBuildError, clear_memory_cache,
                         load_library, runner)
-from .cpu_index import (digit_sizes, expected_values, lowering_value, rename_expr,
-                        specialize, split_rows)
+from .cpu_index import expected_values, rename_expr, specialize, split_rows
 from .cpu_preamble import PREAMBLE
 from .cpu_types import (CTYPE, FLOATS, HALVES, INTS, STORAGE, WIDE_UNSIGNED, ctype)
 from .kernel import (
@@ -145,25 +144,12 @@ from .kernel import (
     Stmt,
     Store,
 )
+# the flat loops' thresholds, named here too (cpu.ROW_BLOCK)
+from .cpu_flat import (COSTLY_OPS, MIN_COSTLY_ROW, MIN_ROW, PARALLEL_GRAIN,  # noqa: F401
+                       ROW_BLOCK, FlatLoops)
 from .cpu_reduce import ReduceLoops
 from .rowbuf import RowPlan
 
-
-# below this much work (x iterations, or x*r for reductions) a component runs serially
-PARALLEL_GRAIN = 32768
-# a flat loop split in rows runs blocks of at most this many elements of a row; it is
-# split only when rows are expected to have at least MIN_ROW elements, or MIN_COSTLY_ROW
-# when the loop calls a math function (COSTLY_OPS): unsplit, a broadcast operand's index
-# costs an int64 division or modulo per element, which no x86 SIMD unit has, so the loop
-# and its exp, tanh or sin run scalar: tanh(x + w[4]) over [8, 8192, 4] took 8.5-12.5 ms
-# unsplit against 1.1-1.3 ms in rows of 4 (one thread, 2026-11; Inductor 2.6 ms). A cheap
-# body gains nothing from rows that short (x + w[4]: 0.7 ms unsplit, 0.5-1.2 in rows)
-ROW_BLOCK = 4096
-MIN_ROW = 16
-MIN_COSTLY_ROW = 2
-COSTLY_OPS = frozenset(("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan",
-                        "tanh", "erf", "sigmoid", "pow", "atan", "atan2", "asin", "acos",
-                        "sinh", "cosh", "asinh", "acosh", "atanh", "erfinv", "lgamma"))
 
 def _is_float(dtype: str) -> bool:
     return dtype in FLOATS
@@ -213,17 +199,6 @@ class _Names:
         if key not in self.map:
             self.map[key] = self.fresh(ir_name)
         return self.map[key]
-
-
-def _simd_safe(body, loop_vars: tuple[str, ...]) -> bool:
-    """Whether the iterations of a loop over `loop_vars` may run as SIMD lanes: every
-    store writes an index that moves with the loop and reads no loaded value."""
-    for s in body:
-        if isinstance(s, Store):
-            fv = E.free_vars(s.index)
-            if not fv & set(loop_vars) or fv - {"x", "r"}:
-                return False
-    return True
 
 
 # ---------------------------------------------------------------------------
@@ -302,7 +277,7 @@ def _exp_like(op: str, dtype: str) -> str:
     return cpu_vecmath.function(op, dtype) or f"fs::{op}_f32"
 
 
-class _Printer(ReduceLoops):
+class _Printer(FlatLoops, ReduceLoops):
     def __init__(self, kernel: Kernel, fname: str):
         self.k = kernel
         self.fname = fname
@@ -325,6 +300,7 @@ class _Printer(ReduceLoops):
         self.expected = expected_values(kernel)
         self.rowplan = RowPlan()                # row buffers of the reduce component printed
         self.parallel_r = False                 # printing the loops of a one-row component
+        self.r_inside = False                   # columns: the loop over r inside the lanes'
         # inside `hoisting`: the index terms computed once before the loop (text -> name)
         # and the variables they may read
         self.hoisted: dict[str, str] | None = None
@@ -464,86 +440,6 @@ class _Printer(ReduceLoops):
             self.flat_loop(depth, c)
             return
         self.reduce_component(depth, c)
-
-    def flat_loop(self, depth: int, c: Component) -> None:
-        simd = "simd " if _simd_safe(c.body, ("x",)) else ""
-        rows = self.row_sizes(c)
-        if rows is None:
-            self.emit(depth, f"#pragma omp parallel for {simd}schedule(static) "
-                             f"if(parallel: xnumel >= {PARALLEL_GRAIN})")
-            self.emit(depth, "for (int64_t x = 0; x < xnumel; ++x) {")
-            self.masks(depth + 1, c.body, "xmask")
-            self.stmts(depth + 1, c.body, {}, None)
-            self.emit(depth, "}")
-            return
-        # x = xo * xinner + xi with 0 <= xi < xinner: the last digit of x over `rows` is
-        # xi and the others are digits of xo, exactly, whatever xnumel is (the last row
-        # may be partial). The inner loop divides nothing (broadcast operands) and
-        # vectorises; the parallel loop runs over blocks of rows.
-        last = self.index(rows[-1], {})
-        self.emit(depth, f"const int64_t xinner = {last} > 0 ? {last} : 1;  "
-                         f"// x = xo * xinner + xi")
-        self.emit(depth, "const int64_t xouter = (xnumel + xinner - 1) / xinner;")
-        self.emit(depth, f"const int64_t xblocks = (xinner + {ROW_BLOCK - 1}) / {ROW_BLOCK};")
-        self.emit(depth, f"#pragma omp parallel for schedule(static) "
-                         f"if(parallel: xnumel >= {PARALLEL_GRAIN})")
-        self.emit(depth, "for (int64_t xblock = 0; xblock < xouter * xblocks; ++xblock) {")
-        # rows are mostly shorter than a block: no division per (short) row then
-        self.emit(depth + 1, "const int64_t xo = xblocks == 1 ? xblock : xblock / xblocks;")
-        self.emit(depth + 1, f"const int64_t xi_begin = xblocks == 1 ? 0 : "
-                             f"(xblock % xblocks) * {ROW_BLOCK};")
-        self.emit(depth + 1, f"int64_t xi_end = xi_begin + {ROW_BLOCK} < xinner ? "
-                             f"xi_begin + {ROW_BLOCK} : xinner;")
-        self.emit(depth + 1, "if (xi_end > xnumel - xo * xinner) xi_end = xnumel - xo * xinner;")
-        # index terms of the row (xo only: its base offsets, with divisions) are computed
-        # once before the inner loop, which then vectorises
-        with self.hoisting(depth + 1, {"xo"}):
-            if simd:
-                self.emit(depth + 1, "#pragma omp simd")
-            self.emit(depth + 1, "for (int64_t xi = xi_begin; xi < xi_end; ++xi) {")
-            self.emit(depth + 2, "const int64_t x = xo * xinner + xi;")
-            self.masks(depth + 2, c.body, "xmask")
-            self.rows = rows
-            self.stmts(depth + 2, c.body, {}, None)
-            self.rows = None
-            self.emit(depth + 1, "}")
-        self.emit(depth, "}")
-
-    @contextlib.contextmanager
-    def hoisting(self, depth: int, reads):
-        """Index terms of the loads and stores printed inside that read only the variables
-        `reads` (a row's base offset, often with divisions) are defined once, at `depth`,
-        before the first line printed inside: the loop there then vectorises."""
-        start, saved = len(self.lines), (self.hoisted, self.hoist_vars)
-        self.hoisted, self.hoist_vars = {}, frozenset(reads)
-        try:
-            yield
-            self.lines[start:start] = ["    " * depth + f"const int64_t {name} = {base};"
-                                       for base, name in self.hoisted.items()]
-        finally:
-            self.hoisted, self.hoist_vars = saved
-
-    def row_sizes(self, c: Component) -> tuple[E.Expr, ...] | None:
-        return self.split_sizes(c.body, "x")
-
-    def split_sizes(self, body, var: str) -> tuple[E.Expr, ...] | None:
-        """The sizes S that loop variable `var` is most often unravelled over in `body`
-        (in this version of the component), if rows of S[-1] are long enough to be
-        worth a loop of their own."""
-        count: dict[tuple[E.Expr, ...], int] = {}
-        for s in body:
-            if isinstance(s, (Load, Store, Index)):
-                e = specialize(s.index, self.expected)[0] \
-                    if self.fast and not isinstance(s, Index) else s.index
-                for sizes in digit_sizes(e, var):
-                    count[sizes] = count.get(sizes, 0) + 1
-        costly = any(isinstance(s, Op) and s.op in COSTLY_OPS for s in body)
-        least = MIN_COSTLY_ROW if costly else MIN_ROW
-        for sizes in sorted(count, key=count.get, reverse=True):
-            last = lowering_value(sizes[-1], self.expected)
-            if len(sizes) >= 2 and (last is None or last >= least):
-                return sizes
-        return None
 
     def masks(self, depth: int, stmts, mask: str) -> None:
         used = False

@@ -22,10 +22,11 @@ import math
 
 from . import expr as E
 from .cpu_build import CannotPrint
+from .cpu_flat import PARALLEL_GRAIN, simd_safe
 from .cpu_index import lowering_value, specialize
 from .cpu_types import (FLOATS, HALVES, INT_LIMITS, INTS, REDUCE_INIT_FLOAT, WIDE_UNSIGNED,
                         ctype)
-from .kernel import Component, Constant, Index, Load, Op, Reduce, varies_with_r
+from .kernel import Component, Constant, Index, Load, Op, Reduce, Store, varies_with_r
 from .rowbuf import RowPlan, plan_rows, uses
 
 # columns of one block of the column order (one cache line of f32 x 4, SIMD lanes x 8)
@@ -42,9 +43,10 @@ COLUMN_BLOCK = 64
 # var_mean rows of 768 and 100000 floats (one thread, 2026-11), 256 nothing measurable
 # against 512.
 SUM_BLOCK = 256
-# Row buffers of the column order hold COLUMN_BLOCK x rnumel values per thread: used when
-# that is at most this many bytes (8-byte values) at the lowering-time rnumel, so they stay
-# in the L2 cache; beyond it the later loops compute the values again
+# Row buffers of the column order hold COLUMN_BLOCK (or the row's length) x rnumel values
+# per thread: used when all of them together take at most this many bytes at the
+# lowering-time sizes (values stored as float or wider), so they stay in the L2 cache;
+# beyond it the later loops compute the values again
 COLUMN_ROWBUF_BYTES = 512 * 1024
 # rows expected at most this long run in the column order whatever their layout: the
 # row order pays per row (accumulators, a loop of rnumel that does not fill a vector) as
@@ -53,6 +55,13 @@ COLUMN_ROWBUF_BYTES = 512 * 1024
 # over [16384, 4, 4] dim 2 2.3 -> 0.6 ms, softmax over [32768, 8] 1.46 -> 0.63 ms;
 # rows of 32 were slower in columns (0.21 -> 0.26 ms)
 SHORT_ROW = 16
+# column reductions whose rows are expected at most this long get a version for that
+# length (`if (rnumel == 4)`): a constant r loop inside the lane loops unrolls, where r
+# outside ran a 16- or 64-lane loop per element of the row (var over [4096, 4, 16] dim
+# 1: 2x Inductor's time)
+TINY_R = 8
+# row-order reductions over rows expected at most this long get a version for that length
+SMALL_R = 64
 _CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 
 
@@ -92,6 +101,25 @@ def short_rows(c: Component, expected) -> bool:
     return rn is not None and rn <= SHORT_ROW and (xn is None or xn > 1)
 
 
+def _moving_with_r(body, kept=frozenset()) -> frozenset[str]:
+    """kernel.varies_with_r where rmask is the constant `true` (it is in every loop of
+    this target): the variables of a loop over r that depend on r itself, or on the
+    values `kept` in row buffers (read per r, whatever they depend on)."""
+    moving = {"r"} | set(kept)
+    for s in body:
+        if isinstance(s, Reduce):
+            reads = moving
+        elif isinstance(s, Op):
+            reads = set(s.args)
+        elif isinstance(s, (Load, Index)):
+            reads = E.free_vars(s.index) | ({s.mask} if getattr(s, "mask", None) else set())
+        else:
+            continue
+        if reads & moving:
+            moving.add(s.var)
+    return frozenset(moving - {"r"})
+
+
 def _dtype(s) -> str:
     """The dtype of a statement's value (Index values are int64 on this target)."""
     return "i64" if isinstance(s, Index) else s.dtype
@@ -101,15 +129,48 @@ class ReduceLoops:
     """Printing of reduce components; mixed into cpu._Printer."""
 
     def reduce_component(self, depth: int, c: Component) -> None:
-        from .cpu import PARALLEL_GRAIN
         if c.xnumel == E.ONE:
             self.single_row(depth, c)
             return
         numel = {b.name: max(1, math.prod(b.shape)) for b in self.k.buffers}
         if self.fast and (short_rows(c, self.expected) or
                           column_major(c, specialize, self.expected, numel)):
+            rn = lowering_value(c.rnumel, self.expected)
+            if type(rn) is int and 1 < rn <= TINY_R and not E.free_vars(c.rnumel):
+                # rows as long as expected get their own version: rnumel a constant, the
+                # loop over r inside each lane loop, where it unrolls (loops over r of 4
+                # around lane loops cost more than their few elements)
+                self.emit(depth, f"if (rnumel == {rn}) {{")
+                self.emit(depth + 1, f"const int64_t rnumel = {rn};  // shadows: r unrolls")
+                self.r_inside = True
+                try:
+                    self.columns(depth + 1, c)
+                finally:
+                    self.r_inside = False
+                self.emit(depth, "} else {")
+                self.columns(depth + 1, c)
+                self.emit(depth, "}")
+                return
             self.columns(depth, c)
             return
+        rn = lowering_value(c.rnumel, self.expected)
+        # (a size whose lowering-time value is symbolic, dynamic training's batch, has no
+        # version of its own: the value must print as a C literal)
+        if self.fast and type(rn) is int and 1 < rn <= SMALL_R and not E.free_vars(c.rnumel):
+            # short rows as long as expected get their own version: rnumel a constant,
+            # the loops over r have known trips (no remainder loops, SUM_BLOCK's blocks
+            # fold away; mean over rows of 32: 1.25x Inductor's time with them)
+            self.emit(depth, f"if (rnumel == {rn}) {{")
+            self.emit(depth + 1, f"const int64_t rnumel = {rn};  // shadows: known trips")
+            self.row_order(depth + 1, c)
+            self.emit(depth, "} else {")
+            self.row_order(depth + 1, c)
+            self.emit(depth, "}")
+            return
+        self.row_order(depth, c)
+
+    def row_order(self, depth: int, c: Component) -> None:
+        """x the parallel loop, each loop over r inside it (the module docstring's rows)."""
         self.rowplan = plan_rows(c)
         parallel = f"if(parallel: xnumel > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})"
         outer = depth
@@ -188,7 +249,10 @@ class ReduceLoops:
             elif dt in FLOATS:
                 # float sums accumulate in double: a row of 1e5 elements summed in float
                 # drifts ~1e-3 from the exact value, far more than torch's pairwise sums
-                decl = "double" if red.kind == "sum" else ctype(dt)
+                # (not rows of at most TINY_R terms, r inside the lanes: no more terms in
+                # float than a lane of the row order's SUM_BLOCK adds)
+                decl = "double" if red.kind == "sum" and not (lanes and self.r_inside) \
+                    else ctype(dt)
                 init = REDUCE_INIT_FLOAT[red.kind]
             elif red.kind in ("sum", "prod"):
                 decl, init = WIDE_UNSIGNED[dt], "0" if red.kind == "sum" else "1"  # wraps
@@ -226,10 +290,9 @@ class ReduceLoops:
 
     # -- a loop over r (rows and one-row orders)
     def loop(self, depth: int, j: int, body, env: dict[str, str]) -> None:
-        from .cpu import PARALLEL_GRAIN, _simd_safe
         reduces = [s for s in body if isinstance(s, Reduce)]
         accs, clauses, simd = self.accumulators(depth, reduces)
-        simd = simd and _simd_safe(body, ("r",))
+        simd = simd and simd_safe(body, ("r",))
         self.emit(depth, f"// loop {j} over r")
         # the per-x index terms the loop reads are computed once before it
         with self.hoisting(depth, {"x"}):
@@ -326,16 +389,33 @@ class ReduceLoops:
                 self.emit(depth, f"{self.rowbuf(saves[var])}[r] = {self.var(var)};")
 
     # -- the column order
-    def columns(self, depth: int, c: Component) -> None:
+    def columns(self, depth: int, c: Component, exact: int | None = None) -> None:
         """Blocks of COLUMN_BLOCK columns: per block, each loop over r runs the block's
         lanes inside. What does not vary with r (a column's pivot, its mean, a broadcast
         operand read at x % n) is computed once per block into lane arrays before the
         loop, not once per element (a division or an exp per element otherwise); values a
         later loop reads again are kept in per-thread row buffers of COLUMN_BLOCK x rnumel
         elements (rowbuf.py) when they fit COLUMN_ROWBUF_BYTES at the lowering-time size."""
-        from .cpu import PARALLEL_GRAIN, _simd_safe
-        everything = [s for loop in c.loops for s in loop.body] + list(c.body)
-        rows = self.split_sizes(everything, "x")
+        # x is split in rows only for the streams (accesses that move with r and x): a
+        # block then holds consecutive x of one row. When the streams read x itself, a
+        # block spans rows (rows of 16 gave 16-lane blocks whose loop over r cost more
+        # than its lanes); operands read at digits of x alone are per block (lane arrays)
+        streams = [s for loop in c.loops for s in loop.body
+                   if isinstance(s, (Load, Store)) and "r" in E.free_vars(s.index)]
+        rows = self.split_sizes(streams, "x")
+        inner = lowering_value(rows[-1], self.expected) if rows is not None else None
+        if exact is None and self.r_inside and type(inner) is int and \
+                1 < inner <= COLUMN_BLOCK and not E.free_vars(rows[-1]):
+            # rows as long as expected (and x made of whole rows): blocks of one row with
+            # a constant number of lanes, whose lane loops then have known trips too
+            last = self.index(rows[-1], {})
+            self.emit(depth, f"if ({last} == {inner} && xnumel % {inner} == 0) {{")
+            self.columns(depth + 1, c, exact=inner)
+            self.emit(depth, "} else {")
+            self.columns(depth + 1, c, exact=0)
+            self.emit(depth, "}")
+            return
+        exact = exact or None
         self.emit(depth, f"// columns: blocks of {COLUMN_BLOCK} x, r outside, x inside")
         if rows is None:
             self.emit(depth, f"const int64_t xblocks = (xnumel + {COLUMN_BLOCK - 1}) / "
@@ -344,15 +424,30 @@ class ReduceLoops:
             # x = xo * xinner + xi: a block holds consecutive xi of one xo, so the lanes
             # read consecutive memory and the xo terms (with divisions) are per block
             last = self.index(rows[-1], {})
-            self.emit(depth, f"const int64_t xinner = {last} > 0 ? {last} : 1;  "
-                             "// x = xo * xinner + xi")
-            self.emit(depth, f"const int64_t xrow_blocks = (xinner + {COLUMN_BLOCK - 1}) / "
-                             f"{COLUMN_BLOCK};")
-            self.emit(depth, "const int64_t xblocks = (xnumel + xinner - 1) / xinner * "
-                             "xrow_blocks;")
+            if exact:
+                self.emit(depth, f"const int64_t xinner = {exact};  // x = xo * xinner + xi")
+                self.emit(depth, "const int64_t xblocks = xnumel / xinner;")
+            else:
+                self.emit(depth, f"const int64_t xinner = {last} > 0 ? {last} : 1;  "
+                                 "// x = xo * xinner + xi")
+                self.emit(depth, f"const int64_t xrow_blocks = (xinner + {COLUMN_BLOCK - 1}) / "
+                                 f"{COLUMN_BLOCK};")
+                self.emit(depth, "const int64_t xblocks = (xnumel + xinner - 1) / xinner * "
+                                 "xrow_blocks;")
         rn = lowering_value(c.rnumel, self.expected)
-        self.rowplan = plan_rows(c) if rn is not None and \
-            rn * COLUMN_BLOCK * 8 <= COLUMN_ROWBUF_BYTES else RowPlan()
+        # a block holds at most one row of xinner lanes: the buffers' size at the
+        # lowering-time sizes is that many lanes, not COLUMN_BLOCK (rows of 16 x 2048
+        # recomputed an exp per element in the second loop for want of 512 KiB)
+        width = COLUMN_BLOCK
+        if rows is not None:
+            inner = lowering_value(rows[-1], self.expected)
+            if inner is not None:
+                width = max(1, min(COLUMN_BLOCK, inner))
+        plan = plan_rows(c) if rn is not None else RowPlan()
+        per_element = sum(8 if dt in ("f64", "i64") else 4
+                          for dt in plan.buffers.values())
+        self.rowplan = plan if rn is not None and \
+            rn * width * per_element <= COLUMN_ROWBUF_BYTES else RowPlan()
         parallel = f"if(parallel: xblocks > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})"
         outer = depth
         if self.rowplan:
@@ -377,6 +472,11 @@ class ReduceLoops:
             self.emit(d, f"const int64_t x0 = xb * {COLUMN_BLOCK};")
             self.emit(d, f"const int64_t xn = xnumel - x0 < {COLUMN_BLOCK} ? xnumel - x0 : "
                          f"{COLUMN_BLOCK};")
+        elif exact:
+            self.emit(d, "const int64_t xo = xb;")
+            self.emit(d, "const int64_t xi0 = 0;")
+            self.emit(d, "const int64_t x0 = xo * xinner;")
+            self.emit(d, "const int64_t xn = xinner;")
         else:
             self.emit(d, "const int64_t xo = xb / xrow_blocks;")
             self.emit(d, f"const int64_t xi0 = (xb % xrow_blocks) * {COLUMN_BLOCK};")
@@ -393,7 +493,7 @@ class ReduceLoops:
                     self.column_loop(d, j, loop.body, lanes)
                 if c.body:
                     self.emit(d, "// per x")
-                    self.lane_loop(d, c.body, lanes, None, _simd_safe(c.body, ("x",)))
+                    self.lane_loop(d, c.body, lanes, None, simd_safe(c.body, ("x",)))
         finally:
             self.rows = None
         self.emit(depth, "}")
@@ -405,34 +505,45 @@ class ReduceLoops:
     def column_loop(self, d: int, j: int, body, lanes: dict) -> None:
         """Loop j over r of the column order: its r-invariant statements once per block
         (into lane arrays), then r outside and the block's lanes inside."""
-        from .cpu import _simd_safe
         plan = self.rowplan
         live = plan.live.get(j)
         reuses, saves = plan.reuses.get(j, {}), plan.saves.get(j, {})
-        moving = varies_with_r(body) | set(reuses)
+        # rmask is `true` in every loop this target prints (r runs exactly to rnumel):
+        # a load masked by xmask & rmask that reads no r (a broadcast operand at x % n)
+        # is per block too; values kept in row buffers stay in the loop over r
+        moving = _moving_with_r(body, set(reuses) | set(saves))
         body = [s for s in body if live is None or getattr(s, "var", None) is None
                 or s.var in live]
         fixed = [s for s in body if isinstance(s, (Load, Index, Op)) and s.var not in moving]
+        # bools that do not vary with r (xmask & rmask) are computed in both places, never
+        # kept in lane arrays: a load masked by a bool read from memory does not vectorise
+        both = {s.var for s in fixed if _dtype(s) == "b8"}
         consts = [s for s in body if isinstance(s, Constant)]
-        rest = [s for s in body if s not in fixed and not isinstance(s, Constant)]
+        rest = [s for s in body if (s not in fixed or s.var in both)
+                and not isinstance(s, Constant)]
         read = {a for s in rest for a in uses(s)}
-        kept = [s for s in fixed if s.var in read]
+        kept = [s for s in fixed if s.var in read and s.var not in both]
         if kept:
             self.emit(d, f"// loop {j}: what does not vary with r, once per block")
             for s in kept:
                 self.emit(d, f"{ctype(_dtype(s))} {self.lane(s.var)}[{COLUMN_BLOCK}];")
-            self.lane_loop(d, consts + fixed, lanes, None, True,
+            self.lane_loop(d, consts + fixed, lanes, None, True, mask="rmask",
                            after=[(s.var, self.lane(s.var)) for s in kept])
             for s in kept:
                 lanes[s.var] = (_dtype(s), self.lane(s.var))
         reduces = [s for s in rest if isinstance(s, Reduce)]
         accs, _, simd = self.accumulators(d, reduces, lanes=True)
         self.emit(d, f"// loop {j} over r")
-        self.emit(d, "for (int64_t r = 0; r < rnumel; ++r) {")
-        self.lane_loop(d + 1, consts + rest, lanes, accs,
-                       simd and _simd_safe(rest, ("x",)), mask="rmask",
-                       reuses=reuses, saves=saves)
-        self.emit(d, "}")
+        if self.r_inside:
+            self.lane_loop(d, consts + rest, lanes, accs,
+                           simd and simd_safe(rest, ("x",)), mask="rmask",
+                           reuses=reuses, saves=saves, r_inside=True)
+        else:
+            self.emit(d, "for (int64_t r = 0; r < rnumel; ++r) {")
+            self.lane_loop(d + 1, consts + rest, lanes, accs,
+                           simd and simd_safe(rest, ("x",)), mask="rmask",
+                           reuses=reuses, saves=saves)
+            self.emit(d, "}")
         for red in reduces:
             col = self.lane(red.var)
             acc, nan = accs[red.var]
@@ -442,10 +553,13 @@ class ReduceLoops:
             lanes[red.var] = (red.dtype, col)
 
     def lane_loop(self, depth: int, body, lanes: dict, accs, simd: bool,
-                  mask: str | None = None, after=(), reuses=None, saves=None) -> None:
+                  mask: str | None = None, after=(), reuses=None, saves=None,
+                  r_inside: bool = False) -> None:
         """for xl in the block: x = x0 + xl (xi = xi0 + xl when x is split in rows), the
         lane values `body` reads unpacked, `body`, then `after` (var, array) stored.
-        `reuses` / `saves`: values read from / kept in row buffers (at r * rbw + xl)."""
+        `reuses` / `saves`: values read from / kept in row buffers (at r * rbw + xl).
+        `r_inside`: `body` runs in a loop over r inside the lane's iteration (each lane's
+        r in order as before; lanes are independent)."""
         reuses, saves = reuses or {}, saves or {}
         if simd:
             self.emit(depth, "#pragma omp simd")
@@ -462,6 +576,12 @@ class ReduceLoops:
             if var in read:
                 self.emit(depth + 1, f"const {ctype(dt)} {self.var(var)} = {arr}[xl];")
                 env[var] = dt
+        if r_inside:
+            # unrolled (GCC keeps a loop with an exp inside), or the lane loop around it
+            # does not vectorise ("not suitable for strided load")
+            self.emit(depth + 1, f"#pragma GCC unroll {TINY_R}")
+            self.emit(depth + 1, "for (int64_t r = 0; r < rnumel; ++r) {")
+            depth += 1
         for s in body:
             var = getattr(s, "var", None)
             if var in reuses:
@@ -474,6 +594,9 @@ class ReduceLoops:
             if var in saves:
                 self.emit(depth + 1, f"{self.rowbuf(saves[var])}[r * rbw + xl] = "
                                      f"{self.var(var)};")
+        if r_inside:
+            depth -= 1
+            self.emit(depth + 1, "}")
         for var, arr in after:
             self.emit(depth + 1, f"{arr}[xl] = {self.var(var)};")
         self.emit(depth, "}")

@@ -223,3 +223,150 @@ def test_short_rows_run_in_columns(fn):
             for g, w in zip(got if isinstance(got, tuple) else (got,),
                             want if isinstance(want, tuple) else (want,)):
                 torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom")
+@pytest.mark.parametrize("kind", ["sum", "amax", "var"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_column_blocks_span_rows_when_the_streams_read_x(kind, dim):
+    """Column reductions of exp(-x*x) * w with w along a short last dim (the corpus's
+    reduce-<kind>-d0/d1): over dim 0 the streams read x itself, so a block holds
+    COLUMN_BLOCK consecutive x across rows, and w (read at x % n) is a lane array computed
+    once per block; no bool lane arrays (a load masked by a bool read from memory does
+    not vectorise); row buffers sized by the block's true width. Compared to eager on odd
+    sizes (tails of blocks and rows), NaN and strided inputs."""
+    w = torch.randn(16)
+
+    def f(x, w):
+        y = torch.exp(-x * x) * w
+        r = {"sum": lambda: y.sum(dim, keepdim=True), "amax": lambda: y.amax(dim, keepdim=True),
+             "var": lambda: y.var(dim, keepdim=True)}[kind]()
+        return (y - r) * 2.0, r
+    x = torch.randn(256, 8, 16) if dim == 0 else torch.randn(64, 8, 16)
+    _, srcs = kernel_sources(f, x, w)
+    dense = [s[s.index("// dense"):].split("} else {")[0] for s in srcs if "// dense" in s]
+    assert any("columns:" in d for d in dense), srcs
+    for d in dense:
+        assert not re_search(r"bool \w+\[64\]", d), d
+        if dim == 0 and "columns:" in d:
+            assert "xinner" not in d, "blocks span rows: x is not split"
+    if dim == 1:    # rows of 8 (<= TINY_R): a version for whole rows of 16 lanes
+        assert any("if (rnumel == 8) {" in d and "xnumel % 16 == 0" in d for d in dense), dense
+    torch._dynamo.reset()
+    c = torch.compile(f, backend=fusionstitch.backend(target="cpu"), dynamic=True)
+    nan = torch.randn(7, 5, 3)
+    nan[2, 1, 0] = float("nan")
+    with torch.no_grad():
+        for t in (x, torch.randn(37, 5, 3), torch.randn(3, 9, 67), nan,
+                  torch.randn(1, 1, 16), torch.randn(9, 6, 10)[:, :, ::2],
+                  torch.randn(5, 6, 7).transpose(0, 1)):
+            ww = torch.randn(t.shape[-1])
+            for g, e in zip(c(t, ww), f(t, ww)):
+                torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+def re_search(pattern, text):
+    import re
+    return re.search(pattern, text)
+
+
+@pytest.mark.parametrize("fn", ["var_mean", "sumsq", "softmax", "amax_sub"])
+def test_tiny_rows_get_a_version_with_r_unrolled_inside_the_lanes(fn):
+    """Column reductions over rows expected at most TINY_R long get an `if (rnumel == n)`
+    version whose loop over r runs inside each lane loop and unrolls; other lengths at
+    run time take the general version. Both compared to eager (odd sizes, rows longer
+    and shorter than expected, NaN, strided)."""
+    f = {"var_mean": lambda x: torch.var_mean(x, 1, correction=1),
+         "sumsq": lambda x: (x * x).sum(-1),
+         "softmax": lambda x: torch.softmax(x, -1),
+         "amax_sub": lambda x: x - x.amax(1, keepdim=True)}[fn]
+    x = torch.randn(64, 4, 4)
+    _, srcs = kernel_sources(f, x)
+    assert any("if (rnumel == 4) {" in s and "#pragma GCC unroll" in s for s in srcs), srcs
+    torch._dynamo.reset()
+    c = torch.compile(f, backend=fusionstitch.backend(target="cpu"), dynamic=True)
+    nan = torch.randn(5, 4, 4)
+    nan[1, 2, 3] = float("nan")
+    with torch.no_grad():
+        for t in (x, torch.randn(3, 5, 7), torch.randn(2, 3, 300), torch.randn(7, 4, 3),
+                  torch.randn(4, 2, 4), nan, torch.randn(9, 4, 8)[:, :, ::2],
+                  torch.randn(4, 6, 4).transpose(1, 2)):
+            got, want = c(t), f(t)
+            for g, w in zip(got if isinstance(got, tuple) else (got,),
+                            want if isinstance(want, tuple) else (want,)):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("case", ["outer", "mid_operand", "rank4", "rank4_not_last"])
+def test_broadcast_exp_is_computed_once_per_row_group(case):
+    """exp of an operand broadcast along a middle dim (the corpus's bcast-outer:
+    exp(-(x[:, :1, :1] * w) ** 2) + x) is computed once per group of rows sharing it (a
+    per-thread row cache keyed by xo without its last digit), not once per row; where
+    the operand varies with the last digit of xo there is no cache. Compared to eager on
+    odd sizes, strided and empty inputs (dynamic shapes: one kernel for all)."""
+    fns = {"outer": lambda x, a: torch.exp(-(x[:, :1, :1] * a) ** 2) + x,
+           "mid_operand": lambda x, a: torch.sin(x[:, :1, :] * 0.5) * a + x,
+           "rank4": lambda x, a: torch.tanh(x[:, :, :1, :] + a) * x,
+           "rank4_not_last": lambda x, a: torch.tanh(x[:, :1, :, :] + a) * x}
+    f = fns[case]
+    rank4 = case.startswith("rank4")
+    x = torch.randn(2, 3, 4, 16) if rank4 else torch.randn(4, 8, 64)
+    _, srcs = kernel_sources(f, x, torch.randn(x.shape[-1]))
+    cached = any("rc_now" in s for s in srcs)
+    assert cached == (case != "rank4_not_last"), srcs
+    torch._dynamo.reset()
+    c = torch.compile(f, backend=fusionstitch.backend(target="cpu"), dynamic=True)
+    shapes = [(2, 3, 4, 16), (3, 5, 7, 9), (1, 1, 1, 3), (2, 0, 3, 4)] if rank4 else \
+        [(4, 8, 64), (3, 5, 7), (1, 1, 5), (5, 7, 4097), (2, 0, 3)]
+    with torch.no_grad():
+        for shape in shapes:
+            for t in (torch.randn(*shape), torch.randn(*shape[:-1], 2 * shape[-1])[..., ::2]):
+                a = torch.randn(shape[-1])
+                torch.testing.assert_close(c(t, a), f(t, a), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_stacked_columns_run_across_rows(n):
+    """torch.stack of n per-row vectors along the last dim (the simulation's final state):
+    rows of n < ACROSS_ROW whose operands are read per row run xi outside and xo inside
+    (each operand read contiguously, its select uniform); compared to eager for other
+    lengths, strided and empty inputs through the same (dynamic) kernel."""
+    def f(*vs):
+        return torch.stack([torch.sin(v) if i % 2 else v * 2.0 for i, v in enumerate(vs)], 1)
+    vs = [torch.randn(64) for _ in range(n)]
+    _, srcs = kernel_sources(f, *vs)
+    assert any("xi outside" in s for s in srcs), srcs
+    torch._dynamo.reset()
+    c = torch.compile(f, backend=fusionstitch.backend(target="cpu"), dynamic=True)
+    with torch.no_grad():
+        for m in (64, 5, 1, 4099, 0):
+            args = [torch.randn(m) for _ in range(n)]
+            torch.testing.assert_close(c(*args), f(*args))
+            args = [torch.randn(2 * m)[::2] for _ in range(n)]
+            torch.testing.assert_close(c(*args), f(*args))
+
+
+@pytest.mark.parametrize("fn", ["mean_sub", "var_mean", "softmax", "amax"])
+def test_short_rows_get_a_version_of_their_expected_length(fn):
+    """Row-order reductions over rows expected at most SMALL_R long get an
+    `if (rnumel == n)` version (known trip counts); rows of other lengths at run time take
+    the general one. Compared to eager: lengths below, at and above the expected one
+    (tails of SIMD blocks and of SUM_BLOCK), NaN, strided."""
+    f = {"mean_sub": lambda x: x - x.mean(-1, keepdim=True),
+         "var_mean": lambda x: torch.var_mean(x, -1, correction=1),
+         "softmax": lambda x: torch.softmax(x, -1),
+         "amax": lambda x: x.amax(-1)}[fn]
+    x = torch.randn(64, 32)
+    _, srcs = kernel_sources(f, x)
+    assert any("if (rnumel == 32) {" in s for s in srcs), srcs
+    torch._dynamo.reset()
+    c = torch.compile(f, backend=fusionstitch.backend(target="cpu"), dynamic=True)
+    nan = torch.randn(5, 32)
+    nan[2, 7] = float("nan")
+    with torch.no_grad():
+        for t in (x, torch.randn(3, 31), torch.randn(7, 33), torch.randn(2, 300),
+                  torch.randn(4, 1), nan, torch.randn(6, 64)[:, ::2], torch.randn(32, 5).t()):
+            got, want = c(t), f(t)
+            for g, w in zip(got if isinstance(got, tuple) else (got,),
+                            want if isinstance(want, tuple) else (want,)):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, equal_nan=True)

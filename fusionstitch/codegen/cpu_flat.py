@@ -1,0 +1,308 @@
+"""Flat components on the cpu target (a mixin of cpu.py's printer): the parallel loop
+over x, unsplit or in rows (x = xo * xinner + xi, see cpu.py's docstring), and the
+thresholds that decide it.
+
+    PARALLEL_GRAIN      work below which a component runs serially (reductions too)
+    simd_safe(body, v)  whether a loop over v may run as SIMD lanes (reductions too)
+"""
+from __future__ import annotations
+
+import contextlib
+
+from . import expr as E
+from .cpu_index import digit_sizes, lowering_value, specialize, split_rows
+from .cpu_types import ctype
+from .kernel import Component, Constant, Index, Load, Op, Store
+from .rowbuf import uses
+
+
+# below this much work (x iterations, or x*r for reductions) a component runs serially
+PARALLEL_GRAIN = 32768
+# a flat loop split in rows runs blocks of at most this many elements of a row; it is
+# split only when rows are expected to have at least MIN_ROW elements, or MIN_COSTLY_ROW
+# when the loop calls a math function (COSTLY_OPS): unsplit, a broadcast operand's index
+# costs an int64 division or modulo per element, which no x86 SIMD unit has, so the loop
+# and its exp, tanh or sin run scalar: tanh(x + w[4]) over [8, 8192, 4] took 8.5-12.5 ms
+# unsplit against 1.1-1.3 ms in rows of 4 (one thread, 2026-11; Inductor 2.6 ms). A cheap
+# body gains nothing from rows that short (x + w[4]: 0.7 ms unsplit, 0.5-1.2 in rows)
+ROW_BLOCK = 4096
+# rows expected shorter than this may run across rows (xi outside, xo inside: across_rows)
+ACROSS_ROW = 8
+# row caches (FlatLoops.row_cache) hold this many blocks of ROW_BLOCK values per thread
+RC_SLOTS = 16
+MIN_ROW = 16
+MIN_COSTLY_ROW = 2
+COSTLY_OPS = frozenset(("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan",
+                        "tanh", "erf", "sigmoid", "pow", "atan", "atan2", "asin", "acos",
+                        "sinh", "cosh", "asinh", "acosh", "atanh", "erfinv", "lgamma"))
+
+
+def digits_of(e: E.Expr, var: str) -> set[E.Expr]:
+    """The digits of loop variable `var` over two or more sizes in `e` (each one a
+    division or a modulo when printed)."""
+    if isinstance(e, E.Digit) and e.base == E.Var(var) and len(e.sizes) >= 2:
+        return {e}
+    return {d for c in E.children(e) for d in digits_of(c, var)}
+
+
+def simd_safe(body, loop_vars: tuple[str, ...]) -> bool:
+    """Whether the iterations of a loop over `loop_vars` may run as SIMD lanes: every
+    store writes an index that moves with the loop and reads no loaded value."""
+    for s in body:
+        if isinstance(s, Store):
+            fv = E.free_vars(s.index)
+            if not fv & set(loop_vars) or fv - {"x", "r"}:
+                return False
+    return True
+
+
+class FlatLoops:
+    """Printing of flat components; mixed into cpu._Printer."""
+
+    def flat_loop(self, depth: int, c: Component) -> None:
+        simd = "simd " if simd_safe(c.body, ("x",)) else ""
+        rows = self.row_sizes(c)
+        if rows is None:
+            self.emit(depth, f"#pragma omp parallel for {simd}schedule(static) "
+                             f"if(parallel: xnumel >= {PARALLEL_GRAIN})")
+            self.emit(depth, "for (int64_t x = 0; x < xnumel; ++x) {")
+            self.masks(depth + 1, c.body, "xmask")
+            self.stmts(depth + 1, c.body, {}, None)
+            self.emit(depth, "}")
+            return
+        if self.across_rows(c.body, rows):
+            self.flat_across_rows(depth, c, rows, simd)
+            return
+        # x = xo * xinner + xi with 0 <= xi < xinner: the last digit of x over `rows` is
+        # xi and the others are digits of xo, exactly, whatever xnumel is (the last row
+        # may be partial). The inner loop divides nothing (broadcast operands) and
+        # vectorises; the parallel loop runs over blocks of rows.
+        last = self.index(rows[-1], {})
+        self.emit(depth, f"const int64_t xinner = {last} > 0 ? {last} : 1;  "
+                         f"// x = xo * xinner + xi")
+        self.emit(depth, "const int64_t xouter = (xnumel + xinner - 1) / xinner;")
+        self.emit(depth, f"const int64_t xblocks = (xinner + {ROW_BLOCK - 1}) / {ROW_BLOCK};")
+        cache = self.row_cache(c.body, rows)
+        outer = depth
+        if cache:
+            # per thread: RC_SLOTS blocks of a row's values (a row longer than ROW_BLOCK
+            # runs in blocks, which alternate), each with the key of the row group and
+            # block it holds (rc_keys) and its end (rc_ends)
+            self.emit(depth, f"const int64_t xrc = xinner < {ROW_BLOCK} ? xinner : {ROW_BLOCK};")
+            self.emit(depth, f"const int64_t rc_slots = xblocks < {RC_SLOTS} ? xblocks : "
+                             f"{RC_SLOTS};")
+            self.emit(depth, f"#pragma omp parallel if(parallel: xnumel >= {PARALLEL_GRAIN})")
+            self.emit(depth, "{")
+            depth += 1
+            for var, (dt, arr) in cache.items():
+                ct = ctype(dt)
+                self.emit(depth, f"{ct}* __restrict__ const {arr} = ({ct}*)"
+                                 f"__builtin_malloc(sizeof({ct}) * xrc * rc_slots);")
+            self.emit(depth, f"int64_t rc_keys[{RC_SLOTS}], rc_ends[{RC_SLOTS}];")
+            self.emit(depth, f"for (int i = 0; i < {RC_SLOTS}; ++i) "
+                             "{ rc_keys[i] = -1; rc_ends[i] = -1; }")
+            self.emit(depth, "#pragma omp for schedule(static)")
+        else:
+            self.emit(depth, f"#pragma omp parallel for schedule(static) "
+                             f"if(parallel: xnumel >= {PARALLEL_GRAIN})")
+        self.emit(depth, "for (int64_t xblock = 0; xblock < xouter * xblocks; ++xblock) {")
+        # rows are mostly shorter than a block: no division per (short) row then
+        self.emit(depth + 1, "const int64_t xo = xblocks == 1 ? xblock : xblock / xblocks;")
+        self.emit(depth + 1, f"const int64_t xi_begin = xblocks == 1 ? 0 : "
+                             f"(xblock % xblocks) * {ROW_BLOCK};")
+        self.emit(depth + 1, f"int64_t xi_end = xi_begin + {ROW_BLOCK} < xinner ? "
+                             f"xi_begin + {ROW_BLOCK} : xinner;")
+        self.emit(depth + 1, "if (xi_end > xnumel - xo * xinner) xi_end = xnumel - xo * xinner;")
+        # index terms of the row (xo only: its base offsets, with divisions) are computed
+        # once before the inner loop, which then vectorises
+        with self.hoisting(depth + 1, {"xo"}):
+            self.rows = rows
+            body, env = c.body, {}
+            if cache:
+                body, env = self.fill_row_cache(depth + 1, c.body, rows, cache)
+            if simd:
+                self.emit(depth + 1, "#pragma omp simd")
+            self.emit(depth + 1, "for (int64_t xi = xi_begin; xi < xi_end; ++xi) {")
+            self.emit(depth + 2, "const int64_t x = xo * xinner + xi;")
+            self.masks(depth + 2, body, "xmask")
+            for var, (dt, arr) in cache.items():
+                self.emit(depth + 2, f"const {ctype(dt)} {self.var(var)} = "
+                                     f"{arr}[rc_base + xi - xi_begin];")
+            self.stmts(depth + 2, body, env, None)
+            self.rows = None
+            self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+        if cache:
+            for _, arr in cache.values():
+                self.emit(depth, f"__builtin_free({arr});")
+            self.emit(outer, "}")
+
+    def across_rows(self, body, rows) -> bool:
+        """Whether x = xo * xinner + xi runs xi outside and xo inside: rows expected
+        shorter than ACROSS_ROW (a loop over them fills no vector) over two sizes, whose
+        accesses read a row's value (at xo alone) more often than they read along xi.
+        A stack of per-row vectors (cat of [N, 1] columns into [N, 4]) then reads each
+        operand contiguously with its select uniform, where rows of 4 ran a select chain
+        per element (3x Inductor's four strided copies)."""
+        last = lowering_value(rows[-1], self.expected)
+        if len(rows) != 2 or type(last) is not int or last >= ACROSS_ROW:
+            return False
+        per_row = along = 0
+        for s in body:
+            if isinstance(s, (Load, Store)):
+                e = specialize(s.index, self.expected)[0] if self.fast else s.index
+                fv = E.free_vars(split_rows(e, rows))
+                if "xi" in fv or "x" in fv:
+                    along += 1
+                elif "xo" in fv:
+                    per_row += 1
+        return per_row > along
+
+    def flat_across_rows(self, depth: int, c: Component, rows, simd: str) -> None:
+        """The flat loop with xi outside and xo inside, in blocks of ROW_BLOCK rows (the
+        parallel loop)."""
+        last = self.index(rows[-1], {})
+        self.emit(depth, f"const int64_t xinner = {last} > 0 ? {last} : 1;  "
+                         f"// x = xo * xinner + xi, xi outside")
+        self.emit(depth, "const int64_t xouter = (xnumel + xinner - 1) / xinner;")
+        self.emit(depth, f"#pragma omp parallel for schedule(static) "
+                         f"if(parallel: xnumel >= {PARALLEL_GRAIN})")
+        self.emit(depth, f"for (int64_t xob = 0; xob < xouter; xob += {ROW_BLOCK}) {{")
+        self.emit(depth + 1, f"const int64_t xo_block_end = xouter - xob < {ROW_BLOCK} ? "
+                             f"xouter : xob + {ROW_BLOCK};")
+        self.emit(depth + 1, "for (int64_t xi = 0; xi < xinner; ++xi) {")
+        d = depth + 2
+        # the rows holding element xi: xo * xinner + xi < xnumel (the last may be partial)
+        self.emit(d, "const int64_t xo_lim = (xnumel - xi + xinner - 1) / xinner;")
+        self.emit(d, "const int64_t xo_end = xo_block_end < xo_lim ? xo_block_end : xo_lim;")
+        with self.hoisting(d, {"xi"}):
+            if simd:
+                self.emit(d, "#pragma omp simd")
+            self.emit(d, "for (int64_t xo = xob; xo < xo_end; ++xo) {")
+            self.emit(d + 1, "const int64_t x = xo * xinner + xi;")
+            self.masks(d + 1, c.body, "xmask")
+            self.rows = rows
+            self.stmts(d + 1, c.body, {}, None)
+            self.rows = None
+            self.emit(d, "}")
+        self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+
+    def row_cache(self, body, rows) -> dict[str, tuple[str, str]]:
+        """Values of a flat loop in rows over three or more sizes that do not depend on
+        the last digit of xo (an exp of a [A, 1, C] operand broadcast to [A, B, C]) and
+        that the rest of the body reads: {var: (dtype, cache array)}, when computing them
+        calls a math function (COSTLY_OPS); else empty. The loop computes them once per
+        row group (consecutive rows of one thread that share xo / rows[-2]), not once per
+        row: Inductor materialises such an operand; recomputed, it cost B times its exp."""
+        if len(rows) < 3:
+            return {}
+        fixed = self.row_invariant(body, rows)
+        if not any(isinstance(s, Op) and s.op in COSTLY_OPS and s.var in fixed for s in body):
+            return {}
+        read = {a for s in body if getattr(s, "var", None) not in fixed for a in uses(s)}
+        out = {}
+        for s in body:
+            var = getattr(s, "var", None)
+            if var in fixed and var in read and not isinstance(s, Constant):
+                dt = "i64" if isinstance(s, Index) else s.dtype
+                if dt == "b8":      # a select reading a bool from memory does not vectorise
+                    return {}
+                out[var] = (dt, self.names.fresh("rc_" + self.var(var)))
+        return out
+
+    def row_invariant(self, body, rows) -> set[str]:
+        """The variables of `body` (printed in rows over `rows`) that read neither x, nor
+        xo other than through its digits before the last."""
+        last = len(rows) - 2            # the last digit of xo over rows[:-1]
+        fixed: set[str] = {"xmask"}
+
+        def ok(e: E.Expr) -> bool:
+            if isinstance(e, E.Var):
+                return e.name == "xi"
+            if isinstance(e, E.Value):
+                return e.var in fixed
+            if isinstance(e, E.Digit) and e.base == E.Var("xo"):
+                return e.k < last and all(ok(z) for z in e.sizes)
+            return all(ok(t) for t in E.children(e))
+        for s in body:
+            if isinstance(s, Constant):
+                fixed.add(s.var)
+            elif isinstance(s, (Load, Index)):
+                e = specialize(s.index, self.expected)[0] \
+                    if self.fast and isinstance(s, Load) else s.index
+                mask = getattr(s, "mask", None)
+                if ok(split_rows(e, rows)) and (mask is None or mask in fixed):
+                    fixed.add(s.var)
+            elif isinstance(s, Op) and all(a in fixed for a in s.args):
+                fixed.add(s.var)
+        return fixed - {"xmask"}
+
+    def fill_row_cache(self, depth: int, body, rows, cache):
+        """Recompute the cached values when the row group or the row's range changed;
+        returns the statements left for the row's loop and their environment."""
+        fixed = self.row_invariant(body, rows)
+        group = self.index(rows[-2], {})
+        self.emit(depth, "const int64_t rc_block = xblocks == 1 ? 0 : xblock % xblocks;")
+        # the row group (xo without its last digit) and the block of the row
+        self.emit(depth, f"const int64_t rc_now = xo / ({group} > 0 ? {group} : 1) * xblocks "
+                         "+ rc_block;")
+        self.emit(depth, f"const int64_t rc_slot = rc_block % {RC_SLOTS};")
+        self.emit(depth, "const int64_t rc_base = rc_slot * xrc;")
+        self.emit(depth, "if (rc_now != rc_keys[rc_slot] || xi_end != rc_ends[rc_slot]) {")
+        kept = [s for s in body if isinstance(s, Constant) or getattr(s, "var", None) in fixed]
+        self.emit(depth + 1, "#pragma omp simd")
+        self.emit(depth + 1, "for (int64_t xi = xi_begin; xi < xi_end; ++xi) {")
+        self.masks(depth + 2, kept, "xmask")
+        self.stmts(depth + 2, kept, {}, None)
+        for var, (_, arr) in cache.items():
+            self.emit(depth + 2, f"{arr}[rc_base + xi - xi_begin] = {self.var(var)};")
+        self.emit(depth + 1, "}")
+        self.emit(depth + 1, "rc_keys[rc_slot] = rc_now; rc_ends[rc_slot] = xi_end;")
+        self.emit(depth, "}")
+        env = {var: dt for var, (dt, _) in cache.items()}
+        rest = [s for s in body if isinstance(s, Constant) or getattr(s, "var", None) not in fixed]
+        return rest, env
+
+    @contextlib.contextmanager
+    def hoisting(self, depth: int, reads):
+        """Index terms of the loads and stores printed inside that read only the variables
+        `reads` (a row's base offset, often with divisions) are defined once, at `depth`,
+        before the first line printed inside: the loop there then vectorises."""
+        start, saved = len(self.lines), (self.hoisted, self.hoist_vars)
+        self.hoisted, self.hoist_vars = {}, frozenset(reads)
+        try:
+            yield
+            self.lines[start:start] = ["    " * depth + f"const int64_t {name} = {base};"
+                                       for base, name in self.hoisted.items()]
+        finally:
+            self.hoisted, self.hoist_vars = saved
+
+    def row_sizes(self, c: Component) -> tuple[E.Expr, ...] | None:
+        return self.split_sizes(c.body, "x")
+
+    def split_sizes(self, body, var: str) -> tuple[E.Expr, ...] | None:
+        """The sizes S that loop variable `var` is most often unravelled over in `body`
+        (in this version of the component), if rows of S[-1] are long enough to be
+        worth a loop of their own."""
+        count: dict[tuple[E.Expr, ...], int] = {}
+        digits: set[E.Expr] = set()
+        for s in body:
+            if isinstance(s, (Load, Store, Index)):
+                e = specialize(s.index, self.expected)[0] \
+                    if self.fast and not isinstance(s, Index) else s.index
+                for sizes in digit_sizes(e, var):
+                    count[sizes] = count.get(sizes, 0) + 1
+                digits |= digits_of(e, var)
+        costly = any(isinstance(s, Op) and s.op in COSTLY_OPS for s in body)
+        # each digit of `var` unsplit is an int64 division or modulo per element, which
+        # no SIMD unit has: with two or more (a layer norm's mean and rstd at x / n, its
+        # weight at x % n) rows of 2 already pay (layer norm's scale over [16384, 4, 4]:
+        # 1.8 ms unsplit, 4x Inductor's; a stack of 4 columns 3x). One (x + w[4]) gains
+        # nothing from rows that short
+        least = MIN_COSTLY_ROW if costly or len(digits) >= 2 else MIN_ROW
+        for sizes in sorted(count, key=count.get, reverse=True):
+            last = lowering_value(sizes[-1], self.expected)
+            if len(sizes) >= 2 and (last is None or last >= least):
+                return sizes
+        return None
