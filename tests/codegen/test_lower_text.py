@@ -123,17 +123,30 @@ extern "C" void fs_k(
                 if (xmask) out0[x] = v7;
             }
         } else {
-            #pragma omp parallel for simd schedule(static) if(parallel: xnumel >= 32768)
-            for (int64_t x = 0; x < xnumel; ++x) {
-                const bool xmask = true;
-                const float ld1 = xmask ? in0[((x / ks1) * in0_s0) + ((x % ks1) * in0_s1)] : 0.0f;
-                const float c2 = 2.0f;
-                const float v3 = ld1 * c2;
-                const float ld4 = xmask ? in1[(x % ks1) * in1_s0] : 0.0f;
-                const float v5 = v3 + ld4;
-                const float c6 = 0.0f;
-                const float v7 = fs::maximum<float>(v5, c6);
-                if (xmask) out0[((x / ks1) * ks1) + (x % ks1)] = v7;
+            const int64_t xinner = ks1 > 0 ? ks1 : 1;  // x = xo * xinner + xi
+            const int64_t xouter = (xnumel + xinner - 1) / xinner;
+            const int64_t xblocks = (xinner + 4095) / 4096;
+            #pragma omp parallel for schedule(static) if(parallel: xnumel >= 32768)
+            for (int64_t xblock = 0; xblock < xouter * xblocks; ++xblock) {
+                const int64_t xo = xblocks == 1 ? xblock : xblock / xblocks;
+                const int64_t xi_begin = xblocks == 1 ? 0 : (xblock % xblocks) * 4096;
+                int64_t xi_end = xi_begin + 4096 < xinner ? xi_begin + 4096 : xinner;
+                if (xi_end > xnumel - xo * xinner) xi_end = xnumel - xo * xinner;
+                const int64_t xoff = xo * in0_s0;
+                const int64_t xoff_1 = xo * ks1;
+                #pragma omp simd
+                for (int64_t xi = xi_begin; xi < xi_end; ++xi) {
+                    const int64_t x = xo * xinner + xi;
+                    const bool xmask = true;
+                    const float ld1 = xmask ? in0[xoff + xi * in0_s1] : 0.0f;
+                    const float c2 = 2.0f;
+                    const float v3 = ld1 * c2;
+                    const float ld4 = xmask ? in1[xi * in1_s0] : 0.0f;
+                    const float v5 = v3 + ld4;
+                    const float c6 = 0.0f;
+                    const float v7 = fs::maximum<float>(v5, c6);
+                    if (xmask) out0[xoff_1 + xi] = v7;
+                }
             }
         }
     }
