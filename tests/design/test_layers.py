@@ -35,7 +35,6 @@ PRIVATE_IMPORTS = {
     ("fusionstitch.codegen.batch", "fusionstitch.codegen.lower", "_Scope"): _CODEGEN,
     ("fusionstitch.codegen.batch", "fusionstitch.codegen.lower", "_strip"): _CODEGEN,
     ("fusionstitch.codegen.batch", "fusionstitch.codegen.lower", "_tensor_parts"): _CODEGEN,
-    ("fusionstitch.codegen.cpu_reduce", "fusionstitch.codegen.cpu", "_simd_safe"): _CODEGEN,
     ("fusionstitch.codegen.split", "fusionstitch.codegen.triton", "_COMBINE"): _CODEGEN,
     ("fusionstitch.codegen.triton", "fusionstitch.codegen.kernel", "_value"): _CODEGEN,
 }
