@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field, replace
 
-from ..ir.graph import CONSTANT, PARAMETER, Graph, TensorType, TupleType
+from ..ir.graph import CONSTANT, PARAMETER, Graph, Ref, TensorType, TupleType
 from ..ir.ops import TWO_PASS_REDUCTIONS
 from ..ir.symbolic import FloatDim, is_symbolic, make, recording
 from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, component_space,
@@ -411,7 +411,7 @@ def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
         L.scope = _Scope()
         L.mask = L.op("and", ("xmask", "rmask"), "b8")
         for n, el, t in per_element:
-            _store(L, n, el, t, element_index(L, space, t))
+            _store(L, n, el, t, element_index(L, space, t, n))
         loops.append(Loop(tuple(L.scope.stmts)))
     L.scope = _Scope()
     L.mask = "xmask"
@@ -459,7 +459,7 @@ def _store_early(L: Lowerer, first, name: str, element, t: TensorType, space) ->
     saved = L.scope, L.mask
     L.scope, L.mask = scope, mask
     try:
-        _store(L, name, element, t, element_index(L, space, t))
+        _store(L, name, element, t, element_index(L, space, t, name))
     finally:
         L.scope, L.mask = saved
     # (a Reduce's result exists only after the loop)
@@ -472,15 +472,25 @@ def _store_early(L: Lowerer, first, name: str, element, t: TensorType, space) ->
     return False
 
 
-def element_index(L: Lowerer, space, t: TensorType) -> tuple[E.Expr, ...]:
-    """The multi-index in `t` of the space point (x, r).
+def element_index(L: Lowerer, space, t: TensorType,
+                  name: str | None = None) -> tuple[E.Expr, ...]:
+    """The multi-index in `t` (the type of node `name`, if given) of the space point (x, r).
 
-    A value shaped like the reduction input uses the reduction's own index; another
-    shape is split where its leading dims hold the rows (row schedule) or the reduced
-    part (column schedule); only then is it unravelled from the linear position."""
+    A value shaped like the reduction input uses the reduction's own index, and so does
+    a permute (a chain of them) of such a value in the group: its index is the
+    reduction's, permuted, so that each row computes its own elements (a channels-first
+    layer norm: permute, var_mean over the last dim, normalise, permute back; unravelling
+    the permuted output from the linear position would read the row statistics at other
+    rows, which no row kernel can). Another shape is split where its leading dims hold
+    the rows (row schedule) or the reduced part (column schedule); only then is it
+    unravelled from the linear position."""
     canon = L.canonical
     if canon is not None and tuple(canon[0]) == tuple(t.shape):
         return canonical_index(L, canon[0], canon[1])
+    if canon is not None and name is not None:
+        idx = _permuted_canonical_index(L, name, canon)
+        if idx is not None:
+            return idx
     x, r = E.Var("x"), E.Var("r")
     shape = tuple(t.shape)
     lead, trail = (space.blocks, space.row) if space.kind != "column" else \
@@ -497,6 +507,24 @@ def element_index(L: Lowerer, space, t: TensorType) -> tuple[E.Expr, ...]:
     else:
         flat = E.add(E.mul(x, L.size(space.row)), r)
     return unravel_shape(L, flat, t.shape)
+
+
+def _permuted_canonical_index(L: Lowerer, name: str, canon):
+    """The index of node `name` when it is permute(...permute(v)) of a value `v` of the
+    group shaped like the reduction input: v's canonical index with each permute
+    applied (out[i] = in[dims[i]]); None otherwise."""
+    perms = []
+    node = L.graph[name]
+    while node.op == "permute.default" and isinstance(node.args[0], Ref) \
+            and node.args[0].name in L.members:
+        perms.append(tuple(node.args[1]))
+        node = L.graph[node.args[0].name]
+        if isinstance(node.type, TensorType) and tuple(node.type.shape) == tuple(canon[0]):
+            idx = canonical_index(L, canon[0], canon[1])
+            for dims in reversed(perms):
+                idx = tuple(idx[d % len(idx)] for d in dims)
+            return idx
+    return None
 
 
 def _numel_of(shape) -> int:

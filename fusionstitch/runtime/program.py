@@ -34,7 +34,7 @@ import torch
 from .. import config
 from ..fusion.lowered import LoweredPlan, lower_plan
 from ..fusion.plan import KERNEL, LIBRARY, FusionPlan, node_kind
-from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Ref, TensorLiteral
+from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Ref, TensorLiteral, TensorType
 from ..ir.ops import lookup, resolve_overload
 from ..ir.symbolic import is_symbolic
 from ..targets import Target, resolve
@@ -184,6 +184,8 @@ class Program:
                     kwargs = {k: _template(v, slot_of, sizes) for k, v in node.kwargs}
                 ops.append((slot_of[name], fn, args, kwargs, dead_after.get(name, ())))
             steps.append((unbuilt if g.kind == KERNEL else g.kind, ops))
+        outputs = {slot_of[r.name] for r in graph.output_refs}
+        self.constants, steps = _bind_constant_views(graph, steps, self.constants, outputs)
         self.steps = steps
         # the values generated kernels read from ops run through torch, by slot: the
         # elements read (None: the value itself), checked on the first call (`_conform`)
@@ -211,7 +213,6 @@ class Program:
             else None
         # dead values big enough to be recycled into later kernel outputs (recycle.py):
         # on the CPU, only when some kernel output can take one
-        from ..ir.graph import TensorType
         from . import recycle
         self.recycled = frozenset()
         # bytes -> how many kernel outputs of that size take memory from the pool, in the
@@ -225,12 +226,14 @@ class Program:
                 self._room = dict(self._room)
                 for n in ops[0].pooled.values():
                     self._room[n] = self._room.get(n, 0) + 1
+        bound = {slot for slot, _ in self.constants}   # views of constants, made once
         if self.device.type == "cpu" and self._room and recycle.enabled():
             # not the inputs: the caller holds them (recycle.offer would refuse each, and
             # an optimizer step drops 160 a call)
             self.recycled = frozenset(
                 slot_of[n.name] for n in graph.nodes
                 if n.op not in (PARAMETER, CONSTANT) and isinstance(n.type, TensorType)
+                and slot_of[n.name] not in bound
                 and n.type.nbytes >= recycle.MIN_BYTES)
         self.num_kernels = sum(1 for kind, _ in steps if kind in ("generated", KERNEL))
         self.num_library_calls = plan.num_library_calls
@@ -370,6 +373,67 @@ class Program:
                 _recycle.offer(pool, t, self._room_after[step])
             else:
                 values[d] = None
+
+
+def _bind_constant_views(graph, steps: list, constants: list, outputs: set) -> tuple:
+    """(constants, steps) with each view of a constant run through torch (a reshape,
+    permute or expand of a graph constant, or a chain of them) made once, here, and
+    bound as one more constant of the program instead of an op of every call.
+
+    Safe because a graph constant is the program's own frozen tensor: the frontend
+    clones each one when it converts the graph (fx_to_ir: a `get_attr` tensor is
+    `detach().cpu().clone()`d, and Program moves it to the device once), while module
+    parameters and buffers reach the graph as inputs (Dynamo lifts them), which are
+    never folded: the caller may swap or mutate those between calls. The graph is
+    functional and no kernel writes into a constant (in-place stores go only into
+    mutated inputs; recycling skips what the program holds), so a view of one is the
+    same tensor at every call. Not folded: a view that is a graph output (the caller
+    gets a fresh view per call, as before: it may set attributes on it or resize it),
+    and a view whose result has not the type the graph declares (left to the first
+    call's check). passes/constant_fold.py does not fold views (a folded constant is
+    a contiguous copy, and views are free in the plan), so they reach the program."""
+    known = dict(constants)
+    bound = list(constants)
+    kept_steps = []
+    for kind, ops in steps:
+        if kind == "generated":
+            kept_steps.append((kind, ops))
+            continue
+        kept = []
+        for op in ops:
+            slot, fn, args, kwargs, _ = op
+            node = graph.nodes[slot]
+            value = None
+            if (slot not in outputs and node.op not in (GETITEM, CONSTANT)
+                    and lookup(node.op).view and _reads_only(args, known)
+                    and _reads_only(list(kwargs.values()), known, need=False)):
+                try:
+                    value = fn(*_fill(args, known), **{k: _fill(v, known)
+                                                      for k, v in kwargs.items()})
+                except Exception as e:   # an error stays the call's, as before
+                    log.debug("view %%%s of a constant not bound: %s", node.name, e)
+            if isinstance(value, torch.Tensor) and TensorType.of(value) == node.type:
+                known[slot] = value
+                bound.append((slot, value))
+                # `dead` lists only this op's inputs (constants): nothing to free
+            else:
+                kept.append(op)
+        kept_steps.append((kind, kept))
+    return bound, kept_steps
+
+
+def _reads_only(template: Any, known: dict, need: bool = True) -> bool:
+    """Whether every slot `template` reads is in `known` (and it reads one, if `need`)."""
+    slots = []
+
+    def walk(t):
+        if isinstance(t, _Slot):
+            slots.append(t.index)
+        elif isinstance(t, list):
+            for v in t:
+                walk(v)
+    walk(template)
+    return (bool(slots) or not need) and all(s in known for s in slots)
 
 
 def _convert(value: Any, convert: tuple) -> Any:

@@ -141,3 +141,38 @@ def test_complex_graph_runs_complex_ops_through_torch(target):
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(ca.grad, ga.grad)
     torch.testing.assert_close(cb.grad, gb.grad)
+
+
+_CHANNELS_FIRST_NORM = """graph g(%x: f32[2,8,4,4], %w: f32[8], %b: f32[8]) {
+  %p: f32[2,4,4,8] = permute.default(%x, [0, 2, 3, 1])
+  %vm: (f32[2,4,4,1], f32[2,4,4,1]) = var_mean.correction(%p, [3], correction=0, keepdim=True)
+  %v: f32[2,4,4,1] = getitem(%vm, 0)
+  %m: f32[2,4,4,1] = getitem(%vm, 1)
+  %e: f32[2,4,4,1] = add.Tensor(%v, 1e-06)
+  %rs: f32[2,4,4,1] = rsqrt.default(%e)
+  %d: f32[2,4,4,8] = sub.Tensor(%p, %m)
+  %n: f32[2,4,4,8] = mul.Tensor(%d, %rs)
+  %s: f32[2,4,4,8] = mul.Tensor(%n, %w)
+  %a: f32[2,4,4,8] = add.Tensor(%s, %b)
+  %o: f32[2,8,4,4] = permute.default(%a, [0, 3, 1, 2])
+  return (%o)
+}"""
+
+
+def test_a_row_kernel_stores_a_permuted_output_at_its_own_rows():
+    """A channels-first layer norm (permute, var_mean over the last dim, normalise,
+    permute back) lowers as one row kernel: the permuted output's index is the
+    reduction's own, permuted, so each row reads its own statistics. Unravelling the
+    output from the linear position read them at other rows (Unsupported), and the
+    planner split the norm into a var_mean kernel and a normalise kernel."""
+    g = parse(_CHANNELS_FIRST_NORM)
+    names = [n.name for n in g.nodes if n.op != "parameter"]
+    lower_group(g, names, "k")       # raised "read at another row than its own" before
+    for target in TARGETS:
+        plan = make_plan(g, "stitch", target)
+        assert plan.num_kernels == 1, str(plan)
+        from fusionstitch.runtime.program import Program
+        prog = Program(plan, target=target)
+        x, w, b = torch.randn(2, 8, 4, 4), torch.randn(8), torch.randn(8)
+        want = torch.nn.functional.layer_norm(x.permute(0, 2, 3, 1), (8,), w, b, 1e-6)
+        torch.testing.assert_close(prog([x, w, b])[0], want.permute(0, 3, 1, 2))

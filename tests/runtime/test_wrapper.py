@@ -219,3 +219,52 @@ def test_ops_run_through_torch_are_called_without_a_python_frame():
     second = prog(list(args))
     for x, y in zip(first, second):
         assert torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_views_of_constants_are_made_once_not_per_call(target):
+    """A reshape / expand / permute of a graph constant (a chain of them) is computed when
+    the program is built and bound as a constant: the generated code runs no op on a
+    constant, a kernel and an op through torch read the bound views, the results are
+    the interpreter's and torch's. A view of a constant that is a graph output is still
+    made per call (the caller gets a fresh tensor each time)."""
+    from fusionstitch.frontend.build import GraphBuilder
+    b = GraphBuilder("g")
+    x = b.param((2, 8, 4))
+    c = b.constant(torch.arange(8, dtype=torch.float32))
+    w = b.constant(torch.randn(12))
+    e = b.op("expand.default", b.op("view.default", c, (1, 8, 1)), (2, 8, 4))
+    y = b.op("mul.Tensor", x, e)                              # a kernel reads the view
+    z = b.op("mm.default", b.op("view.default", y, (16, 4)),
+             b.op("permute.default", b.op("view.default", w, (3, 4)), (1, 0)))  # a chain
+    g = b.build(z, b.op("view.default", c, (2, 4)))
+    generated = Program(make_plan(g, "stitch", target), target=target)
+    interpreted = Program(make_plan(g, "stitch", target), target=target)
+    interpreted.use_generated(False)
+    const_slots = {i for i, n in enumerate(g.nodes) if n.op == "constant"}
+    bound = {slot for slot, _ in generated.constants} - const_slots
+    assert len(bound) >= 3, "the view read by the kernel, the chain read by the mm"
+    xs = torch.randn(2, 8, 4)
+    want = (xs * torch.arange(8.0).view(1, 8, 1)).view(16, 4) @ w_value(g).t()
+    outs = []
+    for _ in range(3):
+        got, ref = generated([xs]), interpreted([xs])
+        torch.testing.assert_close(got[0], want)
+        assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+        assert torch.equal(got[1], torch.arange(8.0).view(2, 4))
+        outs.append(got[1])
+    assert outs[1] is not outs[2], "an output view of a constant: a fresh tensor per call"
+    import re
+    for line in generated.generated_source.splitlines():
+        call = re.search(r"= F\d+\((.*)\)$", line)
+        if call:
+            read = {int(s) for s in re.findall(r"values\[(\d+)\]", call.group(1))}
+            made = int(re.search(r"values\[(\d+)\] =", line).group(1))
+            if read <= const_slots | bound:
+                assert g.nodes[made].name == g.outputs[1].name, \
+                    f"an op on constants alone run per call: {line}"
+
+
+def w_value(g):
+    """The second constant of `g` (the mm's weight)."""
+    return [n.kwarg("value").value for n in g.nodes if n.op == "constant"][1].view(3, 4)
