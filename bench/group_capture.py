@@ -250,7 +250,7 @@ def capture(run_step: Callable[[], None], sink: list, source: str,
     by compiling and running `run_step` once already), with the inputs one more
     `run_step()` gives them. `cls`: the class of every group (the corpus names its
     programs' classes); else each group's `kernel_class`."""
-    from fusionstitch.codegen.cpu import cpp_source
+    from fusionstitch.targets.cpp.printer import cpp_source
     wrapped = []      # (program, original steps, [(group, step, seen)])
     for cg in sink:
         for spec in cg.specialisations.values():

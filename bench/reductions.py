@@ -1,5 +1,5 @@
 """Persistent against looped row reductions: which variant of a reduce kernel is faster at
-which row length (``codegen/triton.py``'s ``PERSISTENT_RNUMEL`` rule).
+which row length (``targets/triton/printer.py``'s ``PERSISTENT_RNUMEL`` rule).
 
     python -m bench.reductions [--target cuda|interpret] [--lengths 256,512,...]
                                [--elements N] [--dtype float32|bfloat16] [--out DIR]
@@ -52,7 +52,7 @@ def _first_call(fn, args, target: str, limit: int):
     import torch
 
     import fusionstitch
-    from fusionstitch.codegen import triton as T
+    from fusionstitch.targets.triton import printer as T
     from fusionstitch.runtime.cache import clear_memory_caches
     torch._dynamo.reset()
     clear_memory_caches()
@@ -70,7 +70,7 @@ def bench_row(case: str, length: int, target: str, elements: int, dtype: str,
               repeat: int, min_time: float) -> dict:
     import torch
 
-    from fusionstitch.codegen import triton as T
+    from fusionstitch.targets.triton import printer as T
     device = "cuda" if target == "cuda" else "cpu"
     dt = getattr(torch, dtype)
     g = torch.Generator().manual_seed(length)
@@ -116,7 +116,7 @@ def table(rows: list[dict]) -> str:
 def run(target: str = "cuda", lengths=LENGTHS, elements: int = 1 << 24,
         dtype: str = "float32", repeat: int = 20, min_time: float = 0.2,
         out_dir: str | None = None) -> dict:
-    from fusionstitch.codegen import triton as T
+    from fusionstitch.targets.triton import printer as T
     if target not in ("cuda", "interpret"):
         raise ValueError(f"target must be cuda or interpret, not {target!r}")
     rows = [bench_row(case, n, target, elements, dtype, repeat, min_time)

@@ -1,8 +1,8 @@
 """The kernel IR: what one fusion group computes, independent of the target.
 
 Lowering (`codegen/lower.py`) turns a kernel group of a FusionPlan into a
-`Kernel`; each target prints it (`codegen/triton.py` for GPUs and Triton's
-interpreter, `codegen/cpu.py` for C++). A Kernel is a small readable value:
+`Kernel`; each target prints it (`targets/triton/printer.py` for GPUs and Triton's
+interpreter, `targets/cpp/printer.py` for C++). A Kernel is a small readable value:
 
     Kernel
       buffers     inputs (read through strides passed at run time) and outputs
@@ -284,7 +284,7 @@ def template(k: Kernel, persistent: Callable[[Component], bool] | None = None) -
     says which reduce components keep their row in registers at the lowering-time sizes
     instead of looping over it: they read `persistent r<N xK` (K passes over one row); it
     may name the way instead (a string such as "split 8 loop": rows spread over 8
-    programs each, codegen/split.py)."""
+    programs each, targets/triton/split.py)."""
     def fits(c: Component):
         return persistent is not None and persistent(c)
 
@@ -333,7 +333,7 @@ def _stmts(c: Component):
         yield from body
 
 
-def _value(e, env=None) -> int:
+def hinted_value(e, env=None) -> int:
     """An index expression's value with every Sym at its lowering-time value (a symbolic
     size's hint: estimates only)."""
     from . import expr as E
@@ -344,41 +344,36 @@ def _value(e, env=None) -> int:
     if isinstance(e, E.Mul):
         out = 1
         for f in e.factors:
-            out *= _value(f)
+            out *= hinted_value(f)
         return out
     if isinstance(e, E.Add):
-        return sum(_value(t) for t in e.terms)
+        return sum(hinted_value(t) for t in e.terms)
     raise TypeError(f"not a size expression: {e!r}")
 
 
-def arithmetic_work(k: Kernel, row_buffers: bool = False) -> int:
+def arithmetic_work(k: Kernel,
+                    reused: Callable[[Component], list[frozenset[str]] | None] | None = None
+                    ) -> int:
     """Arithmetic ops the kernel executes (each Op statement once per point it runs at,
     masks and casts not counted): compared with the group's own op count, it shows how
     much thread composition recomputes (concat branches, values re-derived per loop).
     A statement of a loop over r that does not vary with r (`varies_with_r`: a row's
-    mean or pivot) runs once per x. With `row_buffers` (the cpu target), a value a later
-    loop reads back from a row buffer (rowbuf.py) costs nothing there."""
+    mean or pivot) runs once per x. `reused` (the target's `Target.reused_values`) gives,
+    per loop of a component, the variables the target does not compute there (the cpu
+    target reads them back from a row buffer): they cost nothing there."""
     def count(stmts, skip=frozenset()) -> int:
         return sum(1 for s in stmts if isinstance(s, Op) and s.op not in ("and", "cast")
                    and s.var not in skip)
 
     def work_of(c: Component) -> int:
-        x, r = _value(c.xnumel), _value(c.rnumel)
+        x, r = hinted_value(c.xnumel), hinted_value(c.rnumel)
         if c.kind == "batch":
             return x * sum(work_of(st) for st in c.stages)
         if c.kind == "dot":
-            y, z = _value(c.ynumel), _value(c.znumel)
+            y, z = hinted_value(c.ynumel), hinted_value(c.znumel)
             return z * (count(c.loops[0].body) * x * r + count(c.loops[1].body) * r * y
                         + (count(c.body) + 2 * r) * x * y)
-        skip = [frozenset()] * len(c.loops)
-        if row_buffers:
-            from .rowbuf import plan_rows
-            plan = plan_rows(c)
-            if plan:
-                skip = [frozenset(s.var for s in lp.body if hasattr(s, "var")
-                                  and (s.var not in plan.live[j] or s.var in
-                                       plan.reuses.get(j, {})))
-                        for j, lp in enumerate(c.loops)]
+        skip = (reused(c) if reused is not None else None) or [frozenset()] * len(c.loops)
         per_r = per_x = 0
         for lp, sk in zip(c.loops, skip):
             moving = varies_with_r(lp.body)

@@ -11,7 +11,7 @@ that computes what an earlier loop already computed is dropped and its variable
 renamed to the earlier one, so each value over r is loaded or computed once.
 
 `persistent_loops(component)` gives, per loop, the statements still to emit, renamed.
-It is target-independent; the Triton printer uses it (codegen/triton.py).
+It is target-independent; the Triton printer uses it (targets/triton/printer.py).
 """
 from __future__ import annotations
 

@@ -54,13 +54,13 @@ class Legality:
     """check_group with a memo, shared by all generators of one planning run."""
 
     def __init__(self, graph: Graph, batched_gemms: bool = True, lowerable: bool = False,
-                 max_recompute: float | None = None, row_buffers: bool = False,
+                 max_recompute: float | None = None, reused=None,
                  staged_bytes: int = 0, trace=None):
         self.graph = graph
         self.trace = trace                  # a trace.PlanTrace: rejections are recorded
         self.staged_bytes = staged_bytes    # legality.check_group's staged-kernel bound
         self.max_recompute = max_recompute
-        self.row_buffers = row_buffers      # the target keeps rows across loops (cpu)
+        self.reused = reused                # Target.reused_values (cpu: row buffers)
         # codegen targets: a pattern is legal only if the code generator can lower it
         self.lowerable = lowerable
         self.position = {n.name: i for i, n in enumerate(graph.nodes)}
@@ -126,7 +126,7 @@ class Legality:
         if not self.max_recompute:
             return Decision.allow()
         from .profit import recompute_within
-        return recompute_within(graph, key, k, self.max_recompute, self.row_buffers)
+        return recompute_within(graph, key, k, self.max_recompute, self.reused)
 
 
 def _reduction_kind(graph: Graph, name: str) -> str | None:

@@ -16,17 +16,17 @@ _FREE_CATEGORIES = (Category.RESHAPE, Category.TRANSPOSE, Category.TUPLE, Catego
 
 
 def recompute_within(graph: Graph, key, kernel, max_recompute: float,
-                     row_buffers: bool) -> Decision:
+                     reused=None) -> Decision:
     """XLA's code-duplication rule, in our terms: the fused kernel `kernel` of the nodes
     `key` may recompute (values re-derived in each loop over a row, both sides of a
     concat's select) up to `max_recompute` times its parts' own ops (`Target.max_recompute`).
-    `row_buffers`: the target keeps rows across a reduction's loops, so work read back
-    from one is not recomputation."""
+    `reused`: the target's `Target.reused_values` (the cpu target keeps rows across a
+    reduction's loops, so work read back from one is not recomputation)."""
     from ..codegen.kernel import arithmetic_work
     from ..schedule.propagate import type_numel
     own = sum(type_numel(graph[n].type) for n in key
               if lookup(graph[n].op).category not in _FREE_CATEGORIES)
-    work = arithmetic_work(kernel, row_buffers)
+    work = arithmetic_work(kernel, reused)
     if work > max_recompute * max(own, 1):
         return Decision.forbid(f"fused, it would compute {work / max(own, 1):.1f}x the "
                                f"ops of its parts (recomputation across concat branches "

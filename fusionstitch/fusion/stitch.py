@@ -131,7 +131,7 @@ def target_legality(graph: Graph, target: str | Target, trace=None) -> Legality:
     return Legality(graph, batched_gemms=target.gemm_fusing,
                     lowerable=target.generates_kernels,
                     max_recompute=target.max_recompute,
-                    row_buffers=target.row_buffers,
+                    reused=target.reused_values,
                     staged_bytes=target.staged_bytes, trace=trace)
 
 

@@ -23,7 +23,7 @@ Where guards are recorded is a choice of the caller: the frontend records while 
 translates and canonicalises the graph, lowering records per kernel (its guards
 travel with the kernel), and planning and code printing run `suspended` (their
 size-dependent choices are profitability only: they take the hint and no guard;
-codegen's layout choices are checked at launch, see codegen/cpu.py's dense versions
+codegen's layout choices are checked at launch, see targets/cpp/printer.py's dense versions
 and Triton's per-launch constexprs). A guard set is a plain set of sympy relations.
 
 C-level conversions that bypass `__int__` (`range(d)`, `operator.index`, torch's

@@ -4,8 +4,8 @@
 Every entry is written whole or not at all (`write_atomic`: a temporary file renamed
 into place) and checked before it is used: plans and graphs carry a checksum and their
 key (fusion/plan_cache.py, frontend/graph_cache.py), libraries end in a seal, the
-SHA-256 of their key and bytes (`seal` / `unseal`: codegen/cpu_build.py), and Triton
-sources are compared with the source they must hold (codegen/triton.py). A damaged,
+SHA-256 of their key and bytes (`seal` / `unseal`: targets/cpp/build.py), and Triton
+sources are compared with the source they must hold (targets/triton/printer.py). A damaged,
 truncated or swapped entry is rebuilt, never loaded.
 
 A cache folder that cannot be written (no permission, a read-only file system, a file

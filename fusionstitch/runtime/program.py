@@ -143,7 +143,7 @@ class Program:
         for value, user in last_use.items():
             if value not in keep:
                 dead_after.setdefault(user, []).append(slot_of[value])
-        from ..codegen.cpu_build import KernelBuildError
+        from ..targets.cpp.build import KernelBuildError
         self.fallback_reasons: list[str] = fallback_reasons(plan, target)
         try:
             kernels = compile_kernels(lowered, target, slot_of, self.device, list(mutated),

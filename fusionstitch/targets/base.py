@@ -6,8 +6,9 @@ limits (recomputation, bytes a staged kernel may move), its cost-model device, a
 a lowered kernel (`codegen/kernel.py`'s `Kernel`) becomes source text (`render`) and a
 callable (`build`). The planners receive a Target (a name is resolved once, by
 `targets.resolve`); no other package keeps sets of target names. Each target is one
-module of this package (`cpp.py`, `triton.py`, `torch.py`), referring to the code
-generator it uses under `codegen/`; a new target (CUDA C through NVRTC) is a new module.
+package (`cpp/`, `triton/`: the Target in its `__init__.py`, its printer and build beside
+it) or module (`torch.py`), taking the target-neutral kernel IR from `codegen/`; a new
+target (CUDA C through NVRTC) is a new folder.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class Target:
     device: str | None = None
     # features: kernel groups become generated kernels (else plans run through torch);
     # GEMMs fuse into kernels (block composition, tl.dot); values are kept in row
-    # buffers across a reduction's loops (codegen/rowbuf.py), so re-reading them is not
+    # buffers across a reduction's loops (targets/cpp/rowbuf.py), so re-reading them is not
     # recomputation
     generates_kernels: bool = False
     gemm_fusing: bool = False
@@ -84,6 +85,12 @@ class Target:
         """The kernel IR of one group (raises codegen's Unsupported): target-neutral."""
         from ..codegen import lower
         return lower.lower_group(graph, tuple(nodes), "kernel")
+
+    def reused_values(self, component) -> list[frozenset[str]] | None:
+        """Per loop of a reduce component, the variables this target's printer does not
+        compute there (read back from a row buffer: `row_buffers`), for the recompute
+        limit's count (`codegen.kernel.arithmetic_work`); None: all are computed."""
+        return None
 
     def persistent_rule(self) -> Callable | None:
         """Which reduce components keep their row on chip (for `codegen.kernel.template`);

@@ -111,8 +111,8 @@ def op_signature(graph: Graph, pattern) -> str:
 def _source_digest(folder: str) -> str:
     root = Path(__file__).resolve().parent.parent / folder
     parts = []
-    for path in sorted(root.glob("*.py")):
-        parts += [path.name, path.read_text(errors="replace")]
+    for path in sorted(root.rglob("*.py")):     # a target's printer lives in a subfolder
+        parts += [path.relative_to(root).as_posix(), path.read_text(errors="replace")]
     return digest(*parts)
 
 
@@ -138,10 +138,11 @@ def _fixed(target: str) -> str:
     """The parts of describe_machine that cannot change while a process runs."""
     from ..config import __version__
     parts = [f"target {target}", f"fusionstitch {__version__}", f"torch {torch.__version__}",
-             f"codegen {_source_digest('codegen')}", f"runtime {_source_digest('runtime')}",
+             f"codegen {_source_digest('codegen')}", f"targets {_source_digest('targets')}",
+             f"runtime {_source_digest('runtime')}",
              f"cpu {_cpu_model()} x{os.cpu_count()}"]
     if target == "cpu":
-        from ..codegen.cpu_build import compiler, toolchain
+        from ..targets.cpp.build import compiler, toolchain
         try:
             version, arch = toolchain(compiler())
             parts.append(f"cxx {version} {arch}")

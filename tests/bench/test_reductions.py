@@ -9,7 +9,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from bench import reductions as B  # noqa: E402
-from fusionstitch.codegen import triton as T  # noqa: E402
+from fusionstitch.targets.triton import printer as T  # noqa: E402
 
 
 def test_persistent_and_looped_variants(tmp_path):

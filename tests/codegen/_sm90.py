@@ -19,8 +19,8 @@ def compile_sm90(k, **meta_overrides):
     from triton.compiler import ASTSource
     from triton.runtime.jit import JITFunction
 
-    from fusionstitch.codegen import split as S
-    from fusionstitch.codegen.triton import _meta, triton_source
+    from fusionstitch.targets.triton import split as S
+    from fusionstitch.targets.triton.printer import _meta, triton_source
     name, src = triton_source(k, interpret=False)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, f"{name}.py")

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import fusionstitch
 from fusionstitch.codegen.kernel import kernel_text, template
 from fusionstitch.codegen.lower import Unsupported, lower_group
-from fusionstitch.codegen.triton import triton_source
+from fusionstitch.targets.triton.printer import triton_source
 from tests.codegen._interpret import _strict, run  # noqa: F401 (_strict: autouse fixture)
 from tests.codegen._sm90 import compile_sm90
 from fusionstitch.fusion import make_plan
@@ -259,7 +259,7 @@ def test_packed_with_an_independent_component():
 def test_tiles_smaller_than_the_entry_loop_over_it(monkeypatch):
     """With GPU-like blocks (64 x 64 dot tiles, 32-deep k slices) and small stage blocks the
     printer's loops over x, y and r tiles run; the numbers stay the same."""
-    from fusionstitch.codegen import triton as T
+    from fusionstitch.targets.triton import printer as T
     gpu_dot = T.dot_block
     monkeypatch.setattr(T, "dot_block", lambda n, dim, interpret: min(gpu_dot(n, dim, False),
                                                                       16 if dim == "R" else 32))

@@ -4,7 +4,7 @@ import shutil
 import pytest
 import torch
 
-from fusionstitch.codegen import cpu
+from fusionstitch.targets.cpp import printer as cpu
 from fusionstitch.codegen import expr as E
 from fusionstitch.codegen.kernel import (
     Buffer,
@@ -488,7 +488,7 @@ def test_softmax_two_loops_then_store():
 def test_float_sums_in_blocks_stay_accurate(n):
     """Row sums of n positive floats (blocks of SUM_BLOCK in float, then double): as
     close to the exact sum as torch's own, for short rows, a block edge and long rows."""
-    from fusionstitch.codegen.cpu_reduce import SUM_BLOCK
+    from fusionstitch.targets.cpp.reduce import SUM_BLOCK
     assert SUM_BLOCK == 256
     a = torch.rand(3, n, generator=torch.Generator().manual_seed(n)) + 0.5
     kb = KB()

@@ -1,10 +1,11 @@
 """Which loop order and which dense indexing the cpu printer picks for real groups
-(codegen/cpu_reduce.column_major, cpu_index.specialize), and views kept out of kernels."""
+(targets/cpp/reduce.column_major, index.specialize), and views kept out of kernels."""
 import pytest
 import torch
 
 import fusionstitch
-from fusionstitch.codegen import cpu, cpu_reduce
+from fusionstitch.targets.cpp import printer as cpu
+from fusionstitch.targets.cpp import reduce as cpu_reduce
 from fusionstitch.codegen.lower import lower_group
 from fusionstitch.fusion.plan import FREE, KERNEL
 

@@ -1,4 +1,4 @@
-"""The cpu target's math: libmvec's vector functions (codegen/cpu_vecmath.py), the
+"""The cpu target's math: libmvec's vector functions (targets/cpp/vecmath.py), the
 preamble's exp/tanh/erf, exact int64 -> float casts, and loops of bool logic that
 vectorise (each checked against torch, and by the vector symbols the library imports)."""
 import math
@@ -7,7 +7,9 @@ import shutil
 import pytest
 import torch
 
-from fusionstitch.codegen import cpu, cpu_build, cpu_vecmath
+from fusionstitch.targets.cpp import printer as cpu
+from fusionstitch.targets.cpp import build as cpu_build
+from fusionstitch.targets.cpp import vecmath as cpu_vecmath
 from fusionstitch.codegen.kernel import Constant, Op
 from fusionstitch.runtime.cache import cache_dir
 from test_cpu import compile_one, elementwise_kernel, launch

@@ -11,7 +11,7 @@ file under `tests/codegen/goldens/`:
   group, template and kernel IR as comments, then C++ or Triton).
 
 Sources are printed, not compiled, so the Triton goldens need no GPU. The C++ printer's
-one host-dependent input, libmvec's vector math (`codegen/cpu_vecmath.py`, which exists
+one host-dependent input, libmvec's vector math (`targets/cpp/vecmath.py`, which exists
 only on x86-64 with GCC), is switched off while printing: the goldens are the same on
 every machine. Regenerate after an intended change with
     FUSIONSTITCH_UPDATE_GOLDENS=1 pytest tests/codegen/test_golden_sources.py

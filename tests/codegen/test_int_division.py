@@ -93,7 +93,7 @@ def test_kernel_flags_zero_divisor_per_call():
 
 
 def test_only_kernels_that_divide_integers_take_the_error_argument():
-    from fusionstitch.codegen import cpu
+    from fusionstitch.targets.cpp import printer as cpu
     from fusionstitch.codegen.lower import lower_group
     from fusionstitch.ir.text import parse
     g = parse("""graph g(%a: i64[8], %b: i64[8], %x: f32[8]) {

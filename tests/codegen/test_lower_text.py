@@ -2,7 +2,7 @@
 
 Each case parses a small graph (`ir/text.py`), lowers all of its ops into one kernel
 (`codegen/lower.lower_group`) and compares the kernel IR (`codegen/kernel.kernel_text`)
-and, for one case, the C++ the cpu printer makes of it (`codegen/cpu.cpp_source`) with
+and, for one case, the C++ the cpu printer makes of it (`targets/cpp/printer.cpp_source`) with
 the text written here. A change to lowering or printing shows as a readable diff;
 `EXPECTTEST_ACCEPT=1 pytest tests/codegen/test_lower_text.py` rewrites the expected
 text in this file after an intended change. The zoo-sized goldens are
@@ -92,7 +92,7 @@ kernel k(in0, out0; ks0, ks1, in0_s0, in0_s1) index i32
         import os
         from unittest import mock
 
-        from fusionstitch.codegen.cpu import cpp_source
+        from fusionstitch.targets.cpp.printer import cpp_source
         with mock.patch.dict(os.environ, {"FUSIONSTITCH_CPU_VECMATH": "0"}):
             self.assertExpectedInline(cpp_source(lowered(POINTWISE), "fs_k"), """\
 // kernel k: 3 buffers, 6 syms, 1 component(s)

@@ -8,7 +8,7 @@ from fusionstitch.codegen import expr as E
 from fusionstitch.codegen.kernel import Component, Load, Loop, Op, Reduce, Store, template
 from fusionstitch.codegen.lower import lower_group
 from fusionstitch.codegen.persist import persistent_loops
-from fusionstitch.codegen.triton import triton_source
+from fusionstitch.targets.triton.printer import triton_source
 
 
 def _kernel(fn, *args):
@@ -110,7 +110,7 @@ def test_template_says_persistent_when_the_target_keeps_the_row():
 def test_both_variants_compile_for_sm90(persistent, monkeypatch):
     """No GPU here: Triton still compiles the cuda source (the variant the sizes pick) to a
     cubin, which catches type errors the interpreter lets through."""
-    from fusionstitch.codegen import triton as T
+    from fusionstitch.targets.triton import printer as T
     from tests.codegen._sm90 import compile_sm90
     if not persistent:
         monkeypatch.setattr(T, "PERSISTENT_RNUMEL", -1)

@@ -1,7 +1,7 @@
-"""Row buffers (codegen/rowbuf.py): which values a later loop over the row reads back."""
+"""Row buffers (targets/cpp/rowbuf.py): which values a later loop over the row reads back."""
 from fusionstitch.codegen import expr as E
 from fusionstitch.codegen.kernel import Component, Constant, Load, Loop, Op, Reduce, Store
-from fusionstitch.codegen.rowbuf import plan_rows
+from fusionstitch.targets.cpp.rowbuf import plan_rows
 
 X, R = E.Var("x"), E.Var("r")
 IDX = X * E.Sym("n", 8) + R

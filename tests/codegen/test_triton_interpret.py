@@ -10,7 +10,7 @@ import torch
 import fusionstitch
 from fusionstitch.codegen.kernel import kernel_text
 from fusionstitch.codegen.lower import Unsupported, lower_group
-from fusionstitch.codegen.triton import triton_source
+from fusionstitch.targets.triton.printer import triton_source
 from tests.codegen._interpret import _strict, run  # noqa: F401 (_strict: autouse fixture)
 
 
@@ -147,7 +147,7 @@ def test_same_structure_new_sizes_same_source():
 
 def test_new_batch_size_hits_the_kernel_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSIONSTITCH_CACHE_DIR", str(tmp_path))
-    from fusionstitch.codegen import triton as T
+    from fusionstitch.targets.triton import printer as T
     monkeypatch.setattr(T, "_LOADED", {})
     def f(x):
         return torch.softmax(x * 3, -1) + 1
@@ -188,7 +188,7 @@ def test_kernel_text_is_readable():
 def test_launch_configuration_is_worked_out_once_per_syms(monkeypatch):
     """A TritonKernel works out grid and constexprs once per distinct syms (host time per
     launch, which a small kernel does not hide), and the memo stays bounded."""
-    from fusionstitch.codegen import triton as T
+    from fusionstitch.targets.triton import printer as T
 
     def f(x):
         return torch.softmax(x * 3, -1)

@@ -1,4 +1,4 @@
-"""Both variants of a reduce component (codegen/triton.py): persistent (the row loaded once
+"""Both variants of a reduce component (targets/triton/printer.py): persistent (the row loaded once
 and kept in registers) and looped (the row re-read by each loop over r), against eager.
 
 Every case runs with the rule as it is (short rows: persistent) and with the limit
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import fusionstitch
-from fusionstitch.codegen import triton as T
+from fusionstitch.targets.triton import printer as T
 from tests.codegen._interpret import _strict  # noqa: F401 (autouse fixture)
 
 

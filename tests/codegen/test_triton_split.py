@@ -1,4 +1,4 @@
-"""Split reductions (codegen/split.py): few long rows spread over many programs, partials
+"""Split reductions (targets/triton/split.py): few long rows spread over many programs, partials
 in a workspace, combined by a second launch of the same kernel. On Triton's interpreter
 (which splits into TARGET_PROGRAMS_INTERPRET programs), compiled for sm_90, and on a GPU."""
 import pytest
@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import fusionstitch
-from fusionstitch.codegen import split as S
+from fusionstitch.targets.triton import split as S
 from fusionstitch.codegen.lower import lower_group
 from tests.codegen._interpret import _strict, run  # noqa: F401 (_strict: autouse fixture)
 from tests.codegen._sm90 import compile_sm90

@@ -7,7 +7,7 @@ import torch
 
 from bench import workloads as W
 from bench.plan_table import capture
-from fusionstitch.codegen import split as S
+from fusionstitch.targets.triton import split as S
 from fusionstitch.fusion.lowered import lower_plan
 from fusionstitch.fusion import make_plan
 from tests.codegen._sm90 import compile_sm90

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import fusionstitch
-from fusionstitch.codegen import cpu_build
+from fusionstitch.targets.cpp import build as cpu_build
 from fusionstitch.frontend.torch import FallbackRefused
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
@@ -160,7 +160,7 @@ def test_kernels_that_cannot_be_built(how, tmp_path, monkeypatch, caplog):
 
 @needs_gxx
 def test_kernel_the_printer_cannot_print(monkeypatch, caplog):
-    from fusionstitch.codegen import cpu
+    from fusionstitch.targets.cpp import printer as cpu
 
     def cannot(*a, **k):
         raise cpu.CannotPrint("cpu backend: unsupported thing")

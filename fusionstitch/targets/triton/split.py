@@ -27,7 +27,7 @@ whose loops need constant bounds).
 """
 from __future__ import annotations
 
-from .kernel import Component, Reduce, identity
+from ...codegen.kernel import Component, Reduce, identity
 
 # Programs a split launch aims at: two per multiprocessor of an H100/H200 (132). The
 # interpreter pays per program, so it splits into few, enough to run the code in CI.
@@ -94,7 +94,7 @@ def emit(p, c: Component, tag: str, pid: str, depth: int) -> None:
 
 
 def _partial(p, c: Component, tag: str, depth: int) -> None:
-    from .triton import _COMBINE, TL_DTYPE
+    from .printer import COMBINE, TL_DTYPE
     xb, rb = f"XBLOCK{tag}", f"RBLOCK{tag}"
     p.emit("xmask = x < xnumel", depth)
     p.emit(f"rbase = tl.arange(0, {rb})[None, :]", depth)
@@ -119,13 +119,13 @@ def _partial(p, c: Component, tag: str, depth: int) -> None:
             p.stmt(s, depth + 1, f"[{xb}, {rb}]", "zxr")
     for red, ws in zip(reduces, workspace_names(c, tag)):
         acc = f"acc_{red.var}"
-        p.emit(f"{red.var} = tl.reduce({acc}, 1, {_COMBINE[red.kind]}, keep_dims=True)", depth)
+        p.emit(f"{red.var} = tl.reduce({acc}, 1, {COMBINE[red.kind]}, keep_dims=True)", depth)
         p.nan_check(red, acc, depth)
         p.emit(f"tl.store({ws} + s * xnumel + x + zx, {red.var}, mask=xmask)", depth)
 
 
 def _combine(p, c: Component, tag: str, depth: int) -> None:
-    from .triton import _COMBINE
+    from .printer import COMBINE
     xb = f"XBLOCK{tag}"
     p.emit("xmask = x < xnumel", depth)
     p.emit(f"zx = tl.full([{xb}, 1], 0, {p.it})", depth)
@@ -134,7 +134,7 @@ def _combine(p, c: Component, tag: str, depth: int) -> None:
         part = f"part_{red.var}"
         p.emit(f"{part} = tl.load({ws} + sidx * xnumel + x + zx, mask=xmask, "
                f"other={_literal(red)})", depth)
-        p.emit(f"{red.var} = tl.reduce({part}, 1, {_COMBINE[red.kind]}, keep_dims=True)",
+        p.emit(f"{red.var} = tl.reduce({part}, 1, {COMBINE[red.kind]}, keep_dims=True)",
                depth)
         p.nan_check(red, part, depth)
     for s in c.body:

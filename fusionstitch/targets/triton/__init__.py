@@ -1,10 +1,10 @@
-"""Targets `cuda` and `interpret`: Triton kernels (codegen/triton.py, codegen/batch.py,
-codegen/split.py), on the GPU or in Triton's interpreter on CPU tensors."""
+"""Targets `cuda` and `interpret`: Triton kernels (targets/triton/printer.py, codegen/batch.py,
+targets/triton/split.py), on the GPU or in Triton's interpreter on CPU tensors."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Language, Target
+from ..base import Language, Target
 
 
 @dataclass(frozen=True, eq=False)
@@ -12,15 +12,15 @@ class TritonTarget(Target):
     interpret: bool = False
 
     def persistent_rule(self):
-        from ..codegen.triton import reduce_schedule
+        from .printer import reduce_schedule
         return lambda c: reduce_schedule(c, self.interpret)
 
     def render(self, kernel) -> str:
-        from ..codegen.triton import triton_source
+        from .printer import triton_source
         return triton_source(kernel, interpret=self.interpret)[1]
 
     def build(self, kernels: list) -> list:
-        from ..codegen.triton import TritonKernel
+        from .printer import TritonKernel
         return [TritonKernel(k, interpret=self.interpret) for k in kernels]
 
 

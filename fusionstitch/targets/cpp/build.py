@@ -2,7 +2,7 @@
 library, the disk cache (`cache_dir("cpu")`, `<digest>.so` beside its `<digest>.cpp`,
 written to a temporary file and renamed into place), the in-process table, and the
 runner that calls a loaded kernel. The compiler is `g++` or FUSIONSTITCH_CXX;
-`codegen/cpu.py` explains FLAGS.
+`targets/cpp/printer.py` explains FLAGS.
 
 A cached library is sealed (`runtime/cache.seal`: the SHA-256 of its key and bytes
 appended) and loaded only when its seal holds: a truncated library would kill the
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from ..runtime import counters
-from ..runtime.cache import (cache_dir, digest, register_memory_cache, seal, unseal,
+from ...runtime import counters
+from ...runtime.cache import (cache_dir, digest, register_memory_cache, seal, unseal,
                              write_atomic)
 
 log = logging.getLogger("fusionstitch.codegen")

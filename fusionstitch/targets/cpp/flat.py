@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import contextlib
 
-from . import expr as E
-from .cpu_index import digit_sizes, lowering_value, specialize, split_rows
-from .cpu_types import ctype
-from .kernel import Component, Constant, Index, Load, Op, Store
+from ...codegen import expr as E
+from .index import digit_sizes, lowering_value, specialize, split_rows
+from .dtypes import ctype
+from ...codegen.kernel import Component, Constant, Index, Load, Op, Store
 from .rowbuf import uses
 
 

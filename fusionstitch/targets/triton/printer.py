@@ -14,7 +14,7 @@ ints, so one source serves every shape (MXNet's cache keyed by structure and
 dtypes); Triton compiles only the variant a launch takes.
 
 A reduce component with few long rows (a loss summed to a scalar, a batch-norm
-statistic over 100k elements a channel) is split per launch (`codegen/split.py`):
+statistic over 100k elements a channel) is split per launch (`targets/triton/split.py`):
 SPLIT programs per block of rows store partials, and a second launch of the same
 kernel (constexpr STAGE) combines them and runs the epilogue.
 
@@ -47,14 +47,14 @@ from typing import Callable
 
 import torch
 
-from ..ir.graph import DTYPES
-from ..runtime import counters as _stats
-from ..runtime.cache import cache_dir, digest, register_memory_cache, write_atomic
-from . import expr as E
-from .kernel import (COMPARISONS, Component, Constant, Dot, Index, Kernel, Load, Op, Reduce,
-                     Store, _value, identity)
+from ...ir.graph import DTYPES
+from ...runtime import counters as _stats
+from ...runtime.cache import cache_dir, digest, register_memory_cache, write_atomic
+from ...codegen import expr as E
+from ...codegen.kernel import (COMPARISONS, Component, Constant, Dot, Index, Kernel, Load, Op, Reduce,
+                     Store, hinted_value, identity)
 from . import split as S
-from .persist import persistent_loops
+from ...codegen.persist import persistent_loops
 
 TL_DTYPE = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
             "bf16": "tl.bfloat16", "i64": "tl.int64", "i32": "tl.int32", "i16": "tl.int16",
@@ -100,7 +100,7 @@ _MATH_GPU = {
 # tl.sum / tl.max are @triton.jit library functions, which Triton's interpreter cannot call
 # unless TRITON_INTERPRET was set when triton was imported; tl.reduce with these combine
 # functions is what they expand to, and the interpreter runs it natively.
-_COMBINE = {"sum": "tl.standard._sum_combine", "max": "tl.standard._elementwise_max",
+COMBINE = {"sum": "tl.standard._sum_combine", "max": "tl.standard._elementwise_max",
             "min": "tl.standard._elementwise_min"}
 
 
@@ -232,7 +232,7 @@ class _Printer:
             self.flat_body(c, xb, depth)
             return
         self.emit(f"rnumel = {self.expr(c.rnumel)}", depth)
-        if S.splittable(c):     # few long rows: codegen/split.py
+        if S.splittable(c):     # few long rows: targets/triton/split.py
             S.emit(self, c, f"{i}", pid, depth)
             return
         self.emit(f"x = ({pid} * {xb} + tl.arange(0, {xb}))[:, None]", depth)
@@ -273,7 +273,7 @@ class _Printer:
             self.emit(f"# loop {j}, on the row in registers", depth)
             for s in body:
                 if isinstance(s, Reduce):
-                    self.emit(f"{s.var} = tl.reduce({s.value}, 1, {_COMBINE[s.kind]}, "
+                    self.emit(f"{s.var} = tl.reduce({s.value}, 1, {COMBINE[s.kind]}, "
                               "keep_dims=True)", depth)
                     self.nan_check(s, s.value, depth)
                 else:
@@ -305,7 +305,7 @@ class _Printer:
                     self.stmt(s, depth + 1, f"[{xb}, {rb}]", "zxr")
             for red in reduces:
                 acc = f"acc_{red.var}"
-                self.emit(f"{red.var} = tl.reduce({acc}, 1, {_COMBINE[red.kind]}, "
+                self.emit(f"{red.var} = tl.reduce({acc}, 1, {COMBINE[red.kind]}, "
                           "keep_dims=True)", depth)
                 self.nan_check(red, acc, depth)
 
@@ -324,7 +324,7 @@ class _Printer:
         combine functions skip NaN (tl.maximum's default, and so does the interpreter)."""
         if red.kind != "sum" and red.dtype.startswith(("f", "bf")):
             self.emit(f"{red.var} = tl.where(tl.reduce(({tile} != {tile}).to(tl.int32), 1, "
-                      f"{_COMBINE['max']}, keep_dims=True) > 0, float('nan'), {red.var})",
+                      f"{COMBINE['max']}, keep_dims=True) > 0, float('nan'), {red.var})",
                       depth)
 
     def bound(self, dim: str, tag: str, numel: str) -> str:
@@ -450,7 +450,7 @@ class _Printer:
 
 
 def workspaces(k: Kernel) -> list[str]:
-    """The workspace parameters of split reductions (codegen/split.py), in order."""
+    """The workspace parameters of split reductions (targets/triton/split.py), in order."""
     return [name for i, c in enumerate(k.components) if S.splittable(c)
             for name in S.workspace_names(c, f"{i}")]
 
@@ -615,17 +615,17 @@ def runs_persistent(c: Component, interpret: bool) -> bool:
     template that explain() prints; a launch decides from its own sizes)."""
     if c.kind != "reduce" or not c.loops:
         return False
-    xnumel, rnumel = _value(c.xnumel), _value(c.rnumel)
+    xnumel, rnumel = hinted_value(c.xnumel), hinted_value(c.rnumel)
     return persistent(rnumel, block_sizes(c, xnumel, rnumel, interpret)[1])
 
 
 def reduce_schedule(c: Component, interpret: bool) -> str | bool:
     """How reduce component `c` runs at its lowering-time sizes, for the template that
     explain() prints (a launch decides from its own sizes): "persistent", "split N loop"
-    (codegen/split.py: N programs a block of rows), or False (looped)."""
+    (targets/triton/split.py: N programs a block of rows), or False (looped)."""
     if c.kind != "reduce" or not c.loops:
         return False
-    xnumel, rnumel = _value(c.xnumel), _value(c.rnumel)
+    xnumel, rnumel = hinted_value(c.xnumel), hinted_value(c.rnumel)
     xblock, rblock = block_sizes(c, xnumel, rnumel, interpret)
     if persistent(rnumel, rblock):
         return "persistent"
@@ -678,7 +678,7 @@ class TritonKernel:
         """The launches with these syms, each (grid, the components' first programs when
         there are several, constexprs), and the workspaces they share, each (elements,
         dtype), 0 elements for an unsplit component's; None when no program would run.
-        A launch that splits a reduction (codegen/split.py) is two: STAGE 1 runs the
+        A launch that splits a reduction (targets/triton/split.py) is two: STAGE 1 runs the
         split components' partials, STAGE 2 everything else."""
         env = dict(zip(self.sym_names, syms))
         metas, meta, ws = [], {}, []

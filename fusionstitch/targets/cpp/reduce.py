@@ -20,13 +20,13 @@ from __future__ import annotations
 import contextlib
 import math
 
-from . import expr as E
-from .cpu_build import CannotPrint
-from .cpu_flat import PARALLEL_GRAIN, simd_safe
-from .cpu_index import lowering_value, specialize
-from .cpu_types import (FLOATS, HALVES, INT_LIMITS, INTS, REDUCE_INIT_FLOAT, WIDE_UNSIGNED,
+from ...codegen import expr as E
+from .build import CannotPrint
+from .flat import PARALLEL_GRAIN, simd_safe
+from .index import lowering_value, specialize
+from .dtypes import (FLOATS, HALVES, INT_LIMITS, INTS, REDUCE_INIT_FLOAT, WIDE_UNSIGNED,
                         ctype)
-from .kernel import Component, Constant, Index, Load, Op, Reduce, Store, varies_with_r
+from ...codegen.kernel import Component, Constant, Index, Load, Op, Reduce, Store, varies_with_r
 from .rowbuf import RowPlan, plan_rows, uses
 
 # columns of one block of the column order (one cache line of f32 x 4, SIMD lanes x 8)
@@ -69,7 +69,7 @@ def column_major(c: Component, specialize, expected, numel: dict[str, int] | Non
                  ) -> bool:
     """Whether the loads of `c`'s loops that stream through memory (their index depends
     on both x and r) read consecutive memory along x rather than along r (in the dense
-    version: `specialize` is cpu_index.specialize), counting each load by its buffer's
+    version: `specialize` is index.specialize), counting each load by its buffer's
     number of elements (`numel`, 1 each when not given): a big stream decides, not the
     small per-row vectors read beside it (capsule routing's weighted sums read a
     [512, 50, 64] stream along x and three [128, 4, 50] weights along r)."""

@@ -29,8 +29,8 @@ import platform
 import subprocess
 from functools import lru_cache
 
-from ..config import env_flag_default
-from . import cpu_build
+from ...config import env_flag_default
+from . import build
 
 # the torch-level names the printer emits through the C library
 # (not exp: libmvec's expf takes a scalar path for every vector holding an argument
@@ -57,8 +57,8 @@ def _exported(cxx: tuple[str, ...]) -> frozenset[str]:
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return frozenset()
     try:
-        version, _ = cpu_build.toolchain(list(cxx))
-    except cpu_build.CompilerUnavailable:
+        version, _ = build.toolchain(list(cxx))
+    except build.CompilerUnavailable:
         return frozenset()
     if "clang" in version.lower():
         return frozenset()
@@ -86,7 +86,7 @@ def _exported(cxx: tuple[str, ...]) -> frozenset[str]:
 
 def available() -> frozenset[str]:
     """The C names the printer may call through libmvec now (the knob, then the probe)."""
-    return _exported(tuple(cpu_build.compiler())) if enabled() else frozenset()
+    return _exported(tuple(build.compiler())) if enabled() else frozenset()
 
 
 def function(name: str, dtype: str) -> str | None:
@@ -103,7 +103,7 @@ def declarations() -> str:
     if not names:
         return ""
     lines = ["// glibc's libmvec: vectorised loops call its variants (_ZGVdN8v_sinf, ...),",
-             "// scalar code the C library function itself (see codegen/cpu_vecmath.py)"]
+             "// scalar code the C library function itself (see targets/cpp/vecmath.py)"]
     for name in UNARY + BINARY:
         for dt in ("f32", "f64"):
             cname = name + _SUFFIX[dt]

@@ -1,4 +1,4 @@
-"""Index expressions of the C++ printer (codegen/cpu.py).
+"""Index expressions of the C++ printer (targets/cpp/printer.py).
 
 - `specialize`: the dense version of a component. Each component is printed twice
   when its accesses simplify for the expected strides (contiguous inputs: `in0[x]`
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import expr as E
-from .kernel import Kernel
+from ...codegen import expr as E
+from ...codegen.kernel import Kernel
 
 
 def rename_expr(e: E.Expr, value_name, sym_name) -> E.Expr:

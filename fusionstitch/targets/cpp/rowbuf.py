@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import expr as E
-from .kernel import Component, Constant, Index, Load, Op, Reduce, Store, varies_with_r
+from ...codegen import expr as E
+from ...codegen.kernel import Component, Constant, Index, Load, Op, Reduce, Store, varies_with_r
 
 # Ops that cost far more than a load from the row buffer (a libm call or a division).
 EXPENSIVE = frozenset({
@@ -153,3 +153,15 @@ def plan_rows(c: Component) -> RowPlan:
                     need.update(uses(s))
         plan.live[j] = need
     return plan
+
+
+def reused_values(c: Component) -> list[frozenset[str]] | None:
+    """Per loop of `c`, the variables the printer does not compute there (read back from
+    a row buffer, or needed by no statement left): what `codegen.kernel.arithmetic_work`
+    does not count on this target. None when no row is buffered."""
+    plan = plan_rows(c)
+    if not plan:
+        return None
+    return [frozenset(s.var for s in lp.body if hasattr(s, "var")
+                      and (s.var not in plan.live[j] or s.var in plan.reuses.get(j, {})))
+            for j, lp in enumerate(c.loops)]

@@ -1,7 +1,7 @@
 """Types of the cpu target: IR dtypes as C types, and the limits reductions start from."""
 from __future__ import annotations
 
-from .cpu_build import CannotPrint
+from .build import CannotPrint
 
 CTYPE = {"f64": "double", "f32": "float", "f16": "float", "bf16": "float",
           "i64": "int64_t", "i32": "int32_t", "i16": "int16_t", "i8": "int8_t",

@@ -4,9 +4,9 @@ all kernels of one graph into one shared library.
     cpp_source(kernel)      readable C++ of one kernel (the function only)
     compile_cpu(kernels)    one g++ run per graph (cached on disk), one callable per kernel
 
-The helpers every library starts with are `cpu_preamble.PREAMBLE`; compiling, the
-disk cache and loading are `cpu_build.py`; the loops of flat components `cpu_flat.py`,
-of reduce components `cpu_reduce.py` (mixins of the printer here).
+The helpers every library starts with are `preamble.PREAMBLE`; compiling, the
+disk cache and loading are `build.py`; the loops of flat components `flat.py`,
+of reduce components `reduce.py` (mixins of the printer here).
 
 A compiled callable `run(buffers, syms)` takes the tensors of `Kernel.buffers` in
 order and the integer values of `Kernel.syms` in order; it calls the C function
@@ -65,7 +65,7 @@ Choices this target makes (where the IR leaves room):
 * lshift/rshift by a negative amount or >= the bit width follow torch (0, or the
   sign fill for rshift).
 * Math functions (exp, log, sin, erf, pow, ...) call glibc's libmvec where it has
-  them (`cpu_vecmath.py`: vectorised loops call its vector variants, within 4 ulp).
+  them (`vecmath.py`: vectorised loops call its vector variants, within 4 ulp).
   Without libmvec, `exp`, `tanh` and `erf` of f32 (and half) values are branch-free
   functions of the preamble so that loops calling them vectorise: exp is Sleef's
   expf_u10 algorithm (~1 ulp, like torch's vectorised exp), tanh Cephes' tanhf
@@ -105,7 +105,7 @@ gives each its own library. The library is cached under `cache_dir("cpu")` as
 the source, the flags, the compiler's version line and that -march value; it is
 written to a temporary file and renamed into place, so parallel processes share
 the cache, and sealed with a checksum that is checked before it is loaded
-(`cpu_build.py`). A failure raises a `KernelBuildError` naming its cause:
+(`build.py`). A failure raises a `KernelBuildError` naming its cause:
 `CompilerUnavailable` (no working compiler), `CompileFailed` (the compiler rejected
 the source) or `CannotPrint` (an IR the printer does not know); the caller runs the
 kernel groups through torch and counts them as fallbacks. Counters: `kernels_compiled`
@@ -120,16 +120,16 @@ from collections.abc import Callable
 
 import torch
 
-from ..runtime.cache import digest
-from . import cpu_vecmath
-from . import expr as E
-from .cpu_build import (ERROR_ARG, FLAGS, CannotPrint, CompileFailed,  # noqa: F401
+from ...runtime.cache import digest
+from . import vecmath
+from ...codegen import expr as E
+from .build import (ERROR_ARG, FLAGS, CannotPrint, CompileFailed,  # noqa: F401
                         CompilerUnavailable, KernelBuildError, clear_memory_cache,
                         load_library, runner)
-from .cpu_index import expected_values, rename_expr, specialize, split_rows
-from .cpu_preamble import PREAMBLE
-from .cpu_types import (CTYPE, FLOATS, HALVES, INTS, STORAGE, WIDE_UNSIGNED, ctype)
-from .kernel import (
+from .index import expected_values, rename_expr, specialize, split_rows
+from .preamble import PREAMBLE
+from .dtypes import (CTYPE, FLOATS, HALVES, INTS, STORAGE, WIDE_UNSIGNED, ctype)
+from ...codegen.kernel import (
     BINARY,
     COMPARISONS,
     TERNARY,
@@ -145,9 +145,9 @@ from .kernel import (
     Store,
 )
 # the flat loops' thresholds, named here too (cpu.ROW_BLOCK)
-from .cpu_flat import (COSTLY_OPS, MIN_COSTLY_ROW, MIN_ROW, PARALLEL_GRAIN,  # noqa: F401
+from .flat import (COSTLY_OPS, MIN_COSTLY_ROW, MIN_ROW, PARALLEL_GRAIN,  # noqa: F401
                        ROW_BLOCK, FlatLoops)
-from .cpu_reduce import ReduceLoops
+from .reduce import ReduceLoops
 from .rowbuf import RowPlan
 
 
@@ -264,8 +264,8 @@ _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 def _libm(name: str, dtype: str) -> str:
     """The C library function `name` for a float dtype: libmvec's when it has one
-    (`fs_mv_expf`, see cpu_vecmath.py), else __builtin_exp / __builtin_expf."""
-    return cpu_vecmath.function(name, dtype) or \
+    (`fs_mv_expf`, see vecmath.py), else __builtin_exp / __builtin_expf."""
+    return vecmath.function(name, dtype) or \
         (f"__builtin_{name}" if dtype == "f64" else f"__builtin_{name}f")
 
 
@@ -274,7 +274,7 @@ def _exp_like(op: str, dtype: str) -> str:
     versions (the C library's for f64)."""
     if dtype == "f64":
         return _libm(op, dtype)
-    return cpu_vecmath.function(op, dtype) or f"fs::{op}_f32"
+    return vecmath.function(op, dtype) or f"fs::{op}_f32"
 
 
 class _Printer(FlatLoops, ReduceLoops):
@@ -380,7 +380,7 @@ class _Printer(FlatLoops, ReduceLoops):
             self.component(i, c)
         self.emit(0, "}")
         # a kernel that divides integers records a zero divisor through one more argument
-        # (the error cell of `cpu_build.runner`); the others keep their signature
+        # (the error cell of `build.runner`); the others keep their signature
         if self.divides_ints:
             self.lines.insert(last + 1, f"    int64_t* __restrict__ {ERROR_ARG}) {{")
         elif params:
@@ -694,9 +694,9 @@ def compile_cpu(kernels: list[Kernel]) -> list[Callable[[list[torch.Tensor], lis
                            f'\nextern "C" void {sym}_packed(const int64_t* a) '
                            f'{{ fs::call_packed({sym}, a); }}\n')
         symbols.append(sym)
-    source = "\n".join([PREAMBLE, cpu_vecmath.declarations()]
+    source = "\n".join([PREAMBLE, vecmath.declarations()]
                        + [src for _, src in unique.values()])
-    lib = load_library(len(unique), source, cpu_vecmath.link_flags())
+    lib = load_library(len(unique), source, vecmath.link_flags())
     funcs = {}
     for sym, (k, src) in unique.items():
         cfunc = getattr(lib, sym + "_packed")

@@ -1,16 +1,25 @@
-"""Target `cpu`: C++ kernels (codegen/cpu*.py) compiled with the host's compiler."""
+"""Target `cpu`: C++ kernels compiled with the host's compiler.
+
+The printer is `printer.py` (flat loops in `flat.py`, reduce loops in `reduce.py`, row
+buffers `rowbuf.py`, index specialisation `index.py`, C types `dtypes.py`, the helper
+preamble `preamble.py`, vector libm `vecmath.py`); compiling, the disk cache and loading
+are `build.py`."""
 from __future__ import annotations
 
-from .base import Language, Target
+from ..base import Language, Target
 
 
 class CppTarget(Target):
+    def reused_values(self, component):
+        from .rowbuf import reused_values
+        return reused_values(component)
+
     def render(self, kernel) -> str:
-        from ..codegen.cpu import cpp_source
+        from .printer import cpp_source
         return cpp_source(kernel)
 
     def build(self, kernels: list) -> list:
-        from ..codegen.cpu import compile_cpu
+        from .printer import compile_cpu
         return compile_cpu(kernels)
 
 
