@@ -43,7 +43,9 @@ update of parameters under no_grad after a graph break) is not stored, but gets 
 wrapper (`lean_layout`, `lean`) when AOTAutograd compiles it as an inference graph (no
 output requires grad) of the simple layout whose mutated inputs that require grad are
 leaves (AOTAutograd copies into those detached; into a non-leaf with the caller's grad
-mode, which the wrapper does not mimic). Files are `cache_dir("graphs")/<key>.pkl`, written to a
+mode, which the wrapper does not mimic); there a user output that is an input or a view
+of one (the loss, detached, of the graph before the break) is rebuilt from the input by
+AOTAutograd's own output handler, as its wrapper would. Files are `cache_dir("graphs")/<key>.pkl`, written to a
 temporary file and renamed into place; they unpickle with an allow-list of this
 module's tags only. An entry that does not load or build is ignored (logged at
 DEBUG) and AOTAutograd runs as before. `FUSIONSTITCH_GRAPH_CACHE=0` turns it off.
@@ -240,10 +242,12 @@ def _entry(gm: torch.fx.GraphModule, num_inputs: int) -> tuple:
     return _encode_graph(gm), mutated, num_inputs, user_outputs
 
 
-def _layout(gm: torch.fx.GraphModule, num_inputs: int) -> tuple[tuple, int]:
+def _layout(gm: torch.fx.GraphModule, num_inputs: int, aliases: bool = False) \
+        -> tuple[tuple, int]:
     """(mutated pairs, number of user outputs) of the inference graph `gm` AOTAutograd is
     compiling now, when its runtime wrapper is the simple one `_runner` stands in for;
-    raises NotCacheable otherwise."""
+    raises NotCacheable otherwise. `aliases`: outputs that are inputs or views of inputs
+    are allowed too (the caller rebuilds them with AOTAutograd's own handlers)."""
     from torch._functorch._aot_autograd.schemas import OutputType
     meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
     if meta is None:
@@ -252,7 +256,9 @@ def _layout(gm: torch.fx.GraphModule, num_inputs: int) -> tuple[tuple, int]:
             or meta.is_rng_op_functionalized:
         raise NotCacheable("effect tokens, intermediate bases, a grad-mode change or "
                            "functionalised random ops")
-    if any(o.output_type != OutputType.non_alias for o in meta.output_info):
+    allowed = (OutputType.non_alias, OutputType.alias_of_input, OutputType.is_input) \
+        if aliases else (OutputType.non_alias,)
+    if any(o.output_type not in allowed for o in meta.output_info):
         raise NotCacheable("an output aliases an input or an intermediate")
     order = list(meta.mutated_inp_runtime_indices)
     for j, info in enumerate(meta.input_info):
@@ -280,23 +286,47 @@ def _layout(gm: torch.fx.GraphModule, num_inputs: int) -> tuple[tuple, int]:
     return tuple(enumerate(order)), len(meta.output_info)   # (graph output, input)
 
 
-def lean_layout(gm: torch.fx.GraphModule, num_inputs: int) -> list[tuple[int, int]] | None:
-    """The mutated pairs of the inference graph `gm` AOTAutograd is compiling now (call it
-    from the inference compiler) when `lean` may stand in for AOTAutograd's runtime
-    wrapper, or None (logged at DEBUG). For graphs `key` refuses only for their inputs'
-    requires_grad (`why_not(..., lean=True)`): nothing is stored."""
+class Layout(NamedTuple):
+    """What `lean` needs of AOTAutograd's metadata of an inference graph."""
+    pairs: list[tuple[int, int]]   # (graph output, input) of mutated inputs
+    handlers: list | None          # per user output, AOTAutograd's alias handler or None
+
+
+def lean_layout(gm: torch.fx.GraphModule, num_inputs: int) -> Layout | None:
+    """The layout of the inference graph `gm` AOTAutograd is compiling now (call it from
+    the inference compiler) when `lean` may stand in for AOTAutograd's runtime wrapper, or
+    None (logged at DEBUG). For graphs `key` refuses only for their inputs' requires_grad
+    (`why_not(..., lean=True)`): nothing is stored. A user output that is an input or a
+    view of one (`loss.detach()` of a graph input) is rebuilt by AOTAutograd's own output
+    handler, as its wrapper would."""
     try:
-        mutated, _ = _layout(gm, num_inputs)
+        mutated, _ = _layout(gm, num_inputs, aliases=True)
+        from torch._functorch._aot_autograd.runtime_wrappers import make_output_handler
+        from torch._functorch._aot_autograd.schemas import OutputType
+        meta = torch._guards.TracingContext.try_get().fw_metadata
+        handlers = [None if o.output_type == OutputType.non_alias else
+                    make_output_handler(o, meta, False) for o in meta.output_info]
     except Exception as e:   # NotCacheable, or metadata of another torch: AOTAutograd's
         log.debug("lean runner: not used: %s: %s", type(e).__name__, e)
         return None
-    return [(int(i), int(j)) for i, j in mutated]
+    return Layout([(int(i), int(j)) for i, j in mutated],
+                  handlers if any(h is not None for h in handlers) else None)
 
 
-def lean(compiled: Callable, pairs: list[tuple[int, int]]) -> Callable:
-    """The wrapper a cache hit returns, around `compiled` with mutated pairs `pairs`
-    (from `lean_layout`)."""
-    return _runner(compiled, pairs, len(pairs))
+def lean(compiled: Callable, layout: Layout) -> Callable:
+    """The wrapper a cache hit returns, around `compiled` with `layout` (`lean_layout`)."""
+    run = _runner(compiled, layout.pairs, len(layout.pairs))
+    handlers = layout.handlers
+    if handlers is None:
+        return run
+
+    def run_aliased(*args):
+        # after the graph and the copies back, with the caller's grad mode (as
+        # AOTAutograd's epilogue): an alias of an input is made from the input
+        outs = run(*args)
+        return [o if h is None else h(args, outs, o) for h, o in zip(handlers, outs)]
+    run_aliased.compiled_graph = compiled   # type: ignore[attr-defined]
+    return run_aliased
 
 
 def _path(key: str) -> Path:

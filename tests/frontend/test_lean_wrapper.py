@@ -131,3 +131,43 @@ def test_a_mutated_input_that_is_no_leaf_keeps_aot_autograds_wrapper():
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(x, rx)
     assert returned and not any(hasattr(fn, "compiled_graph") for fn in returned)
+
+
+def test_outputs_that_alias_inputs_are_made_as_aot_autograd_makes_them():
+    """The update graph of a training step written by hand also returns `loss.detach()`
+    (an input of the graph, from the graph before the break) and may return an input
+    itself: AOTAutograd's own output handlers rebuild them from the inputs."""
+    def update(w, loss, g):
+        with torch.no_grad():
+            w.sub_(0.1 * g)
+        return loss.detach(), w, w.detach()[:4]
+    g = torch.randn(16)
+    rw, w = torch.nn.Parameter(torch.ones(16)), torch.nn.Parameter(torch.ones(16))
+    loss = (torch.ones(3, requires_grad=True) * 2).sum()
+    f, returned = spied(update)
+    for _ in range(2):
+        ref, out = update(rw, loss, g), f(w, loss, g)
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(w, rw)
+        assert [o.requires_grad for o in out] == [o.requires_grad for o in ref] == \
+            [False, True, False]
+        assert out[1] is w
+        assert out[0].data_ptr() == loss.data_ptr() and out[2].data_ptr() == w.data_ptr()
+    assert [hasattr(fn, "compiled_graph") for fn in returned] == [True]
+    # w is an output too: not written in place (runtime/inplace.py), copied back once
+    assert copies(f, w, loss, g) <= 1
+
+
+def test_the_update_of_a_step_written_by_hand_copies_nothing_back():
+    """bench/autograd_inside.py's logreg_step: the update after the backward's graph
+    break, returning the loss detached."""
+    def update(w, loss, g):
+        with torch.no_grad():
+            w.sub_(0.1 * g)
+        return loss.detach(), w.detach().clone()
+    w, g = torch.nn.Parameter(torch.ones(16)), torch.randn(16)
+    loss = (torch.ones(3, requires_grad=True) * 2).sum()
+    f, returned = spied(update)
+    f(w, loss, g)
+    assert [hasattr(fn, "compiled_graph") for fn in returned] == [True]
+    assert copies(f, w, loss, g) == 0
