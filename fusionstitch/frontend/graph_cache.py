@@ -36,7 +36,16 @@ input's new value back unless our runtime already wrote it in place
 (runtime/inplace.py), and returns the user outputs as a list (as AOTAutograd does;
 Dynamo's code unpacks it). A miss whose graph `store` kept gets the same wrapper (`runner_for`)
 around the CompiledGraph AOTAutograd's compile just made, so the first compile runs as
-lean as a warm one. Files are `cache_dir("graphs")/<key>.pkl`, written to a
+lean as a warm one. The wrapper bumps the version of each input our kernel wrote in
+place (AOTAutograd's `copy_` onto itself did), so that autograd still refuses a backward
+through a saved old value. A graph `key` refuses only because inputs require grad (an
+update of parameters under no_grad after a graph break) is not stored, but gets the same
+wrapper (`lean_layout`, `lean`) when AOTAutograd compiles it as an inference graph (no
+output requires grad) of the simple layout whose mutated inputs that require grad are
+leaves (AOTAutograd copies into those detached; into a non-leaf with the caller's grad
+mode, which the wrapper does not mimic); there a user output that is an input or a view
+of one (the loss, detached, of the graph before the break) is rebuilt from the input by
+AOTAutograd's own output handler, as its wrapper would. Files are `cache_dir("graphs")/<key>.pkl`, written to a
 temporary file and renamed into place; they unpickle with an allow-list of this
 module's tags only. An entry that does not load or build is ignored (logged at
 DEBUG) and AOTAutograd runs as before. `FUSIONSTITCH_GRAPH_CACHE=0` turns it off.
@@ -54,6 +63,7 @@ from typing import Any, NamedTuple
 
 import torch
 import torch.fx
+from torch.autograd.graph import increment_version
 
 from ..config import graph_cache_enabled
 from ..runtime import counters
@@ -114,9 +124,13 @@ def _static(value: Any) -> bool:
         type(d) is int for d in (*value.shape, *value.stride(), value.storage_offset()))
 
 
-def why_not(gm: torch.fx.GraphModule, example_inputs: list) -> str | None:
-    """Why AOTAutograd's graph for `gm` may not be cached (None: it may)."""
-    if torch.is_grad_enabled() and any(
+def why_not(gm: torch.fx.GraphModule, example_inputs: list, lean: bool = False) -> str | None:
+    """Why AOTAutograd's graph for `gm` may not be cached (None: it may). `lean`: why its
+    runtime wrapper may not be ours (`lean_layout`) although it is not cached: inputs that
+    require grad and parameters are allowed there, since AOTAutograd's own metadata of the
+    compile then says whether the graph is an inference graph of the simple layout (the
+    key cannot: it does not see which inputs are leaves)."""
+    if not lean and torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
         return "an input requires grad"
     if torch._C._is_any_autocast_enabled():
@@ -136,7 +150,8 @@ def why_not(gm: torch.fx.GraphModule, example_inputs: list) -> str | None:
                 return f"input {n.name} is symbolic"
     storages = set()
     for i, t in enumerate(example_inputs):
-        if type(t) is not torch.Tensor or t.layout != torch.strided or not _static(t):
+        plain = type(t) is torch.Tensor or (lean and type(t) is torch.nn.Parameter)
+        if not plain or t.layout != torch.strided or not _static(t):
             return f"input {i} is a {type(t).__name__}, not a tensor of static sizes"
         storages.add(t.untyped_storage().data_ptr())
     if len(storages) < len(example_inputs):
@@ -223,6 +238,16 @@ def _encode_graph(gm: torch.fx.GraphModule) -> tuple:
 
 def _entry(gm: torch.fx.GraphModule, num_inputs: int) -> tuple:
     """What to store for `gm`, read with AOTAutograd's metadata of the compile now running."""
+    mutated, user_outputs = _layout(gm, num_inputs)
+    return _encode_graph(gm), mutated, num_inputs, user_outputs
+
+
+def _layout(gm: torch.fx.GraphModule, num_inputs: int, aliases: bool = False) \
+        -> tuple[tuple, int]:
+    """(mutated pairs, number of user outputs) of the inference graph `gm` AOTAutograd is
+    compiling now, when its runtime wrapper is the simple one `_runner` stands in for;
+    raises NotCacheable otherwise. `aliases`: outputs that are inputs or views of inputs
+    are allowed too (the caller rebuilds them with AOTAutograd's own handlers)."""
     from torch._functorch._aot_autograd.schemas import OutputType
     meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
     if meta is None:
@@ -231,7 +256,9 @@ def _entry(gm: torch.fx.GraphModule, num_inputs: int) -> tuple:
             or meta.is_rng_op_functionalized:
         raise NotCacheable("effect tokens, intermediate bases, a grad-mode change or "
                            "functionalised random ops")
-    if any(o.output_type != OutputType.non_alias for o in meta.output_info):
+    allowed = (OutputType.non_alias, OutputType.alias_of_input, OutputType.is_input) \
+        if aliases else (OutputType.non_alias,)
+    if any(o.output_type not in allowed for o in meta.output_info):
         raise NotCacheable("an output aliases an input or an intermediate")
     order = list(meta.mutated_inp_runtime_indices)
     for j, info in enumerate(meta.input_info):
@@ -243,6 +270,10 @@ def _entry(gm: torch.fx.GraphModule, num_inputs: int) -> tuple:
                            info.mutates_storage_metadata or
                            info.mutation_inductor_storage_resize):
             raise NotCacheable(f"input {j} mutates more than its data")
+        if j in order and info.requires_grad and not info.is_leaf:
+            # AOTAutograd copies into it with the caller's grad mode, which records the
+            # copy in its history; `_runner` copies under no_grad
+            raise NotCacheable(f"input {j} requires grad, is no leaf and is mutated")
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     outputs = gm.graph.output_node().args[0]
     if len(placeholders) != num_inputs:
@@ -250,8 +281,52 @@ def _entry(gm: torch.fx.GraphModule, num_inputs: int) -> tuple:
     if not isinstance(outputs, (tuple, list)) or \
             len(outputs) != len(order) + len(meta.output_info):
         raise NotCacheable("the outputs are not the mutated inputs then the user outputs")
-    mutated = tuple(enumerate(order))   # (graph output, input)
-    return _encode_graph(gm), mutated, num_inputs, len(meta.output_info)
+    if any(o.requires_grad for o in meta.output_info):   # not an inference graph
+        raise NotCacheable("an output requires grad")
+    return tuple(enumerate(order)), len(meta.output_info)   # (graph output, input)
+
+
+class Layout(NamedTuple):
+    """What `lean` needs of AOTAutograd's metadata of an inference graph."""
+    pairs: list[tuple[int, int]]   # (graph output, input) of mutated inputs
+    handlers: list | None          # per user output, AOTAutograd's alias handler or None
+
+
+def lean_layout(gm: torch.fx.GraphModule, num_inputs: int) -> Layout | None:
+    """The layout of the inference graph `gm` AOTAutograd is compiling now (call it from
+    the inference compiler) when `lean` may stand in for AOTAutograd's runtime wrapper, or
+    None (logged at DEBUG). For graphs `key` refuses only for their inputs' requires_grad
+    (`why_not(..., lean=True)`): nothing is stored. A user output that is an input or a
+    view of one (`loss.detach()` of a graph input) is rebuilt by AOTAutograd's own output
+    handler, as its wrapper would."""
+    try:
+        mutated, _ = _layout(gm, num_inputs, aliases=True)
+        from torch._functorch._aot_autograd.runtime_wrappers import make_output_handler
+        from torch._functorch._aot_autograd.schemas import OutputType
+        meta = torch._guards.TracingContext.try_get().fw_metadata
+        handlers = [None if o.output_type == OutputType.non_alias else
+                    make_output_handler(o, meta, False) for o in meta.output_info]
+    except Exception as e:   # NotCacheable, or metadata of another torch: AOTAutograd's
+        log.debug("lean runner: not used: %s: %s", type(e).__name__, e)
+        return None
+    return Layout([(int(i), int(j)) for i, j in mutated],
+                  handlers if any(h is not None for h in handlers) else None)
+
+
+def lean(compiled: Callable, layout: Layout) -> Callable:
+    """The wrapper a cache hit returns, around `compiled` with `layout` (`lean_layout`)."""
+    run = _runner(compiled, layout.pairs, len(layout.pairs))
+    handlers = layout.handlers
+    if handlers is None:
+        return run
+
+    def run_aliased(*args):
+        # after the graph and the copies back, with the caller's grad mode (as
+        # AOTAutograd's epilogue): an alias of an input is made from the input
+        outs = run(*args)
+        return [o if h is None else h(args, outs, o) for h, o in zip(handlers, outs)]
+    run_aliased.compiled_graph = compiled   # type: ignore[attr-defined]
+    return run_aliased
 
 
 def _path(key: str) -> Path:
@@ -450,9 +525,17 @@ def _runner(compiled: Callable, pairs: list[tuple[int, int]], skip: int) -> Call
     def run(*args):
         with torch.no_grad():
             outs = compiled(list(args))
+            written = []
             for i, j in pairs:
                 if outs[i] is not args[j]:   # not already written in place
-                    args[j].copy_(outs[i])
+                    args[j].copy_(outs[i])   # (bumps its version)
+                else:
+                    written.append(args[j])
+            if written:
+                # our kernel wrote it through its pointer, unseen by autograd: bump its
+                # version as AOTAutograd's copy_ onto itself (and eager's in-place op)
+                # would, so that a use of its old value saved for a backward raises
+                increment_version(written)
         return list(outs[skip:])
     run.compiled_graph = compiled   # type: ignore[attr-defined]
     return run

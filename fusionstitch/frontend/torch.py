@@ -25,6 +25,7 @@ import torch
 
 from .. import config
 from ..compile import Request, compile_graph
+from ..config import graph_cache_enabled
 from ..fusion.lowered import LoweredPlan
 from ..fusion.plan import FusionPlan
 from ..ir.graph import Graph
@@ -389,10 +390,18 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
                 return hit
 
         made = []
+        # a graph the cache refuses only for inputs that require grad (an update under
+        # no_grad after a graph break) may still get the lean wrapper when AOTAutograd
+        # finds it an inference graph (no output requires grad, no mutation it tracks)
+        lean_pairs: list = []
+        lean_ok = cache_key is None and _execute and graph_cache_enabled() and \
+            _why_not_lean(gm, example_inputs) is None
 
         def inference_compiler(g, _):
             if cache_key is not None:
                 graph_cache.store(cache_key, g, len(example_inputs))
+            elif lean_ok:
+                lean_pairs[:] = [graph_cache.lean_layout(g, len(example_inputs))]
             made.append(make(g, kind="inference"))
             return made[-1]
 
@@ -410,6 +419,8 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
             lean = graph_cache.runner_for(cache_key, made[-1])
             if lean is not None:
                 return lean
+        if made and lean_pairs and lean_pairs[0] is not None:
+            return graph_cache.lean(made[-1], lean_pairs[0])
         return compiled
 
     # Dynamo calls a backend with its frame evaluation off, but other callers may not (a
@@ -418,6 +429,13 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
     compile_graph = no_dynamo(fusionstitch_backend, "fusionstitch compiles a graph")
     compile_graph.options = base  # type: ignore[attr-defined]
     return compile_graph
+
+
+def _why_not_lean(gm: torch.fx.GraphModule, example_inputs: list) -> str | None:
+    try:
+        return graph_cache.why_not(gm, example_inputs, lean=True)
+    except Exception as e:   # never fail the compile for the wrapper's sake
+        return f"{type(e).__name__}: {e}"
 
 
 def no_dynamo(fn: Callable, reason: str) -> Callable:
