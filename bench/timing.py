@@ -98,14 +98,8 @@ def time_interleaved(step_fns: dict[str, Callable[[], object]], *, warmup: int =
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from fusionstitch.tune.key import cpu_model
+    return cpu_model()
 
 
 def versions() -> dict:

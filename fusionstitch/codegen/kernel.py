@@ -384,13 +384,14 @@ def arithmetic_work(k: Kernel,
     return sum(work_of(c) for c in k.components)
 
 
-def varies_with_r(body) -> frozenset[str]:
+def varies_with_r(body, sources=("r", "rmask")) -> frozenset[str]:
     """The variables of a loop over r that depend on r (its index, rmask, or such a
     variable); the others are the same for every r of a row (a row's pivot, its mean from
     an earlier loop): a target may compute them once per x, as the C++ compiler hoists
-    them out of the loop."""
+    them out of the loop. `sources`: what varies to begin with (a target whose rmask is
+    the constant true, or that reads some values per r from row buffers, says so)."""
     from . import expr as E
-    moving = {"r", "rmask"}
+    moving = set(sources)
     for s in body:
         if isinstance(s, (Reduce, Dot)):
             reads = moving

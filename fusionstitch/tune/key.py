@@ -116,7 +116,8 @@ def _source_digest(folder: str) -> str:
     return digest(*parts)
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or what platform knows."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -140,7 +141,7 @@ def _fixed(target: str) -> str:
     parts = [f"target {target}", f"fusionstitch {__version__}", f"torch {torch.__version__}",
              f"codegen {_source_digest('codegen')}", f"targets {_source_digest('targets')}",
              f"runtime {_source_digest('runtime')}",
-             f"cpu {_cpu_model()} x{os.cpu_count()}"]
+             f"cpu {cpu_model()} x{os.cpu_count()}"]
     if target == "cpu":
         from ..targets.cpp.build import compiler, toolchain
         try:

@@ -105,19 +105,7 @@ def _moving_with_r(body, kept=frozenset()) -> frozenset[str]:
     """kernel.varies_with_r where rmask is the constant `true` (it is in every loop of
     this target): the variables of a loop over r that depend on r itself, or on the
     values `kept` in row buffers (read per r, whatever they depend on)."""
-    moving = {"r"} | set(kept)
-    for s in body:
-        if isinstance(s, Reduce):
-            reads = moving
-        elif isinstance(s, Op):
-            reads = set(s.args)
-        elif isinstance(s, (Load, Index)):
-            reads = E.free_vars(s.index) | ({s.mask} if getattr(s, "mask", None) else set())
-        else:
-            continue
-        if reads & moving:
-            moving.add(s.var)
-    return frozenset(moving - {"r"})
+    return varies_with_r(body, {"r"} | set(kept))
 
 
 def _dtype(s) -> str:
