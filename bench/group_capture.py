@@ -270,14 +270,19 @@ def capture(run_step: Callable[[], None], sink: list, source: str,
                 gid = by_step[id(step)]
                 group = next(g for g in kernel_groups if g.id == gid)
                 entries.append((group, step, seen))
-            wrapped.append((cg.name, spec, program, original, entries))
+            # the generated per-call code launches kernels inline, past program.steps:
+            # the interpreter runs the recording call
+            generating = program.generating
+            program.use_generated(False)
+            wrapped.append((cg.name, spec, program, original, entries, generating))
     try:
         run_step()
     finally:
-        for _, _, program, original, _ in wrapped:
+        for _, _, program, original, _, generating in wrapped:
             program.steps[:] = original
+            program.use_generated(generating)
     cases: dict[tuple, GroupCase] = {}
-    for gname, spec, _, _, entries in wrapped:
+    for gname, spec, _, _, entries, _ in wrapped:
         for group, step, seen in entries:
             if not seen:
                 continue

@@ -282,6 +282,11 @@ class Program:
             self._generate = False
 
     @property
+    def generating(self) -> bool:
+        """Whether calls run (or will run, from the next one) the generated code."""
+        return self._fast is not None or self._generate
+
+    @property
     def generated_source(self) -> str | None:
         """The Python source the program runs per call, once generated."""
         return getattr(self._fast, "source", None)
