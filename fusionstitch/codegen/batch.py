@@ -35,7 +35,7 @@ from ..ir.ops import LOGICAL_RESHAPES, TWO_PASS_REDUCTIONS
 from ..schedule.propagate import FUSIBLE_DOTS, SIMPLE_REDUCTIONS, dot_dims, reduced_dims
 from . import expr as E
 from .kernel import Buffer, Component, Dot, Load, Loop, Store
-from .lower import (Lowerer, Unsupported, _Scope, _strip, _tensor_parts,
+from .lower import (Lowerer, Unsupported, Scope, strip_unit_dims, tensor_parts,
                     canonical_index, compute_dtype, unravel_shape)
 
 B = E.Var("b")   # the batch entry of the program
@@ -54,7 +54,7 @@ def lower_batch(L: Lowerer, names: list[str], space) -> Component:
             stages.append(_dot_stage(L, n, stored))
         elif op in SIMPLE_REDUCTIONS:
             stages.append(_reduce_stage(L, n, stored))
-    rest = [(n, el, t) for n in names if n in L.escaping for el, t in _tensor_parts(L, n)
+    rest = [(n, el, t) for n in names if n in L.escaping for el, t in tensor_parts(L, n)
             if (n, el) not in stored]
     for n, el, t in rest:
         if not t.numel:   # nothing to store, but a reader needs the empty tensor
@@ -205,7 +205,7 @@ def _keep(L: Lowerer, name: str, element, t: TensorType, idx, var: str, stored: 
 
 def _offset(L: Lowerer, idx, buf: Buffer) -> E.Expr:
     """Offset of `idx` in a contiguous buffer (ravel gives an unravelled x back as x)."""
-    return ravel_runs(*_strip(tuple(idx), L.sizes(buf.shape)))
+    return ravel_runs(*strip_unit_dims(tuple(idx), L.sizes(buf.shape)))
 
 
 def ravel_runs(index, sizes) -> E.Expr:
@@ -247,15 +247,15 @@ def _dot_stage(L: Lowerer, name: str, stored: set) -> Component:
     per = L.gemm_batch // L.batch
     lead = unravel_shape(L, E.add(E.mul(B, L.size(per)), z) if per > 1 else B, t.shape[:-2])
     L.extent = {"x": m, "y": n, "r": k, "z": per}
-    L.scope = _Scope()
+    L.scope = Scope()
     L.mask = L.op("and", ("xmask", "rmask"), "b8")
     a = L.cast(L.value(lhs.name, lead + (x, r)), "f32")
     lhs_loop = Loop(tuple(L.scope.stmts))
-    L.scope = _Scope()
+    L.scope = Scope()
     L.mask = L.op("and", ("rmask", "ymask"), "b8")
     b = L.cast(L.value(rhs.name, lead + (r, y)), "f32")
     rhs_loop = Loop(tuple(L.scope.stmts))
-    L.scope = _Scope()
+    L.scope = Scope()
     acc = L.fresh("dot")
     L.scope.stmts.append(Dot(acc, a, b, "f32"))     # first: the printer's k loop ends here
     L.dtype_of[acc] = "f32"
@@ -294,16 +294,16 @@ def _reduce_stage(L: Lowerer, name: str, stored: set) -> Component:
     L.extent = {"x": rows // L.batch, "r": width}
     loops = []
     for p in range(2 if node.op in TWO_PASS_REDUCTIONS else 1):
-        L.scope = _Scope()
+        L.scope = Scope()
         L.mask = L.op("and", ("xmask", "rmask"), "b8")
         results = reduction_loop_bodies(L, name, p, idx)
         loops.append(Loop(tuple(L.scope.stmts)))
         for key, var, dtype, finish in results:
             L.reduced[key] = (var, dtype, finish)
             L.dtype_of[var] = dtype
-    L.scope = _Scope()
+    L.scope = Scope()
     L.mask = "xmask"
-    for el, t in _tensor_parts(L, name):
+    for el, t in tensor_parts(L, name):
         var, _, finish = L.reduced[(name, el)]
         v = finish(L, var) if finish is not None else var
         _keep(L, name, el, t, entry_index(L, t.shape, E.Var("x")), v, stored)
@@ -313,7 +313,7 @@ def _reduce_stage(L: Lowerer, name: str, stored: set) -> Component:
 
 def _store_stage(L: Lowerer, rest) -> Component:
     """A last flat stage: the outputs no earlier stage stored, over the entry's elements."""
-    L.scope = _Scope()
+    L.scope = Scope()
     L.mask = "xmask"
     x = E.Var("x")
     per_entry = [max(t.numel // L.batch, 1) for _, _, t in rest]
@@ -374,7 +374,7 @@ def _moved_from(L: Lowerer, name: str, x: E.Expr):
         root, root_idx, inner = found
     t = node.type
     if node.op in _RESHAPES:
-        flat = ravel_runs(*_strip(tuple(inner), L.sizes(st.shape)))
+        flat = ravel_runs(*strip_unit_dims(tuple(inner), L.sizes(st.shape)))
         return root, root_idx, unravel_shape(L, flat, t.shape)
     rank = len(t.shape)
     if node.op == "permute.default":

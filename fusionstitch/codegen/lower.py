@@ -48,7 +48,7 @@ def compute_dtype(dtype: str) -> str:
 
 
 @dataclass
-class _Scope:
+class Scope:
     stmts: list = field(default_factory=list)
     memo: dict = field(default_factory=dict)
 
@@ -67,7 +67,7 @@ class Lowerer:
         self.bindings: dict[str, tuple] = {}
         self.dtype_of: dict[str, str] = {"xmask": "b8", "rmask": "b8", "ymask": "b8"}
         self.counter = 0
-        self.scope = _Scope()
+        self.scope = Scope()
         self.mask: str | None = "xmask"
         self.reduced: dict[tuple, str] = {}     # (node, element) -> per-x result var
         self.single_row = False
@@ -270,7 +270,7 @@ class Lowerer:
         entry = self.reduced.get((name, element))
         if entry is None:
             raise Unsupported(f"%{name} ({node.op}) is read before its loop ran")
-        flat = E.ravel(*_strip(idx, self.sizes(t.shape)))
+        flat = E.ravel(*strip_unit_dims(idx, self.sizes(t.shape)))
         at_row = flat == E.Var("x") or (self.single_row and isinstance(flat, E.Const))
         if not at_row:
             raise Unsupported(f"%{name} ({node.op}) is read at another row than its own "
@@ -285,7 +285,7 @@ class Lowerer:
         return hit
 
 
-def _strip(idx, sizes):
+def strip_unit_dims(idx, sizes):
     """Drop size-1 dims (their index is 0) so that unravel/ravel pairs match."""
     keep = [k for k, s in enumerate(sizes) if not (isinstance(s, E.Const) and s.value == 1)]
     return tuple(idx[k] for k in keep), tuple(sizes[k] for k in keep)
@@ -302,7 +302,7 @@ def unravel_shape(L: Lowerer, base: E.Expr, shape) -> tuple[E.Expr, ...]:
     return tuple(out)
 
 
-def _tensor_parts(L: Lowerer, name: str):
+def tensor_parts(L: Lowerer, name: str):
     t = L.graph[name].type
     if isinstance(t, TupleType):
         return [(i, e) for i, e in enumerate(t.elements) if e is not None]
@@ -318,13 +318,13 @@ def _store(L: Lowerer, name: str, element, t: TensorType, idx) -> None:
 
 
 def _lower_flat(L: Lowerer, names: list[str], numel: int) -> Component:
-    L.scope = _Scope()
+    L.scope = Scope()
     L.mask = "xmask"
     x = E.Var("x")
     for name in names:
         if name not in L.escaping:
             continue
-        for element, t in _tensor_parts(L, name):
+        for element, t in tensor_parts(L, name):
             if t.numel == 0:        # nothing to store, but a reader needs the empty tensor
                 L.output_buffer(name, element, t)
                 continue
@@ -386,7 +386,7 @@ def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
     depth = max((lv for lv, _, _ in passes), default=-1) + 1
     first = None      # loop 0's scope and mask
     for lv in range(depth):
-        L.scope = _Scope()
+        L.scope = Scope()
         L.mask = L.op("and", ("xmask", "rmask"), "b8")
         if lv == 0:
             first = (L.scope, L.mask)
@@ -399,7 +399,7 @@ def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
             L.dtype_of[var] = dtype
     # per-element outputs: one more loop; per-row outputs: after the loops
     per_element = [(n, el, t) for n in names if n in L.escaping
-                   for el, t in _tensor_parts(L, n)
+                   for el, t in tensor_parts(L, n)
                    if t.numel == space.numel and t.numel != space.blocks and t.numel]
     done = {(n, el) for n, el, _ in per_element}
     if per_element and first is not None:
@@ -408,17 +408,17 @@ def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
         per_element = [item for item in per_element if not _store_early(L, first, *item, space)]
         loops[0] = Loop(tuple(first[0].stmts))
     if per_element:
-        L.scope = _Scope()
+        L.scope = Scope()
         L.mask = L.op("and", ("xmask", "rmask"), "b8")
         for n, el, t in per_element:
             _store(L, n, el, t, element_index(L, space, t, n))
         loops.append(Loop(tuple(L.scope.stmts)))
-    L.scope = _Scope()
+    L.scope = Scope()
     L.mask = "xmask"
     for n in names:
         if n not in L.escaping:
             continue
-        for el, t in _tensor_parts(L, n):
+        for el, t in tensor_parts(L, n):
             if (n, el) in done:
                 continue
             if t.numel == 0:        # nothing to store, but a reader needs the empty tensor

@@ -27,15 +27,9 @@ MODULE_LAYERS = {"fusionstitch.config": "base", "fusionstitch.runtime.cache": "b
 
 # (importer, imported): why the edge is still there
 BACK_EDGES: dict[tuple[str, str], str] = {}
-# (importer, imported module, name): why a private name still crosses a module boundary.
-# All are inside codegen/ (block composition's lowering reusing the lowerer's helpers):
-# each wants its helper made public (or moved).
-_CODEGEN = "codegen-internal helper of the lowering, shared with batch.py"
-PRIVATE_IMPORTS = {
-    ("fusionstitch.codegen.batch", "fusionstitch.codegen.lower", "_Scope"): _CODEGEN,
-    ("fusionstitch.codegen.batch", "fusionstitch.codegen.lower", "_strip"): _CODEGEN,
-    ("fusionstitch.codegen.batch", "fusionstitch.codegen.lower", "_tensor_parts"): _CODEGEN,
-}
+# (importer, imported module, name): why a private name still crosses a module boundary
+# (none left: a helper another module needs is public)
+PRIVATE_IMPORTS: dict[tuple[str, str, str], str] = {}
 
 
 def module_name(path: pathlib.Path) -> str:
