@@ -42,7 +42,11 @@ class Verdict:
 class PlanTrace:
     strategy: str
     target: str
-    events: list[Verdict] = field(default_factory=list)   # in the order decided
+    # in the order decided; an entry may still be a tuple (stage, parts, reason, subject)
+    # whose nodes are the union of `parts` (frozensets shared between entries), made a
+    # Verdict when read: xla's sibling pass declines ~10^5 pairs of large groups on a
+    # long LSTM, and a frozenset per pair made it 1.8x slower
+    raw: list = field(default_factory=list)
     ops: dict[str, str] = field(default_factory=dict)     # op -> why it is not fusible
     # stitch: every candidate pattern and its fate ("chosen" or a candidate Verdict)
     candidates: dict[frozenset, Verdict | None] = field(default_factory=dict)
@@ -50,7 +54,20 @@ class PlanTrace:
     rejected: dict[frozenset, str] = field(default_factory=dict)
 
     def record(self, stage: str, nodes, reason: str, subject: str = "") -> None:
-        self.events.append(Verdict(stage, frozenset(nodes), reason, subject))
+        self.raw.append(Verdict(stage, frozenset(nodes), reason, subject))
+
+    def record_parts(self, stage: str, parts: tuple, reason: str) -> None:
+        """`record` of the union of `parts` (frozensets), made only when read."""
+        self.raw.append((stage, parts, reason, ""))
+
+    @property
+    def events(self) -> list[Verdict]:
+        raw = self.raw
+        for i, e in enumerate(raw):
+            if not isinstance(e, Verdict):
+                stage, parts, reason, subject = e
+                raw[i] = Verdict(stage, frozenset().union(*parts), reason, subject)
+        return raw
 
     def op(self, name: str, reason: str) -> None:
         self.ops.setdefault(name, reason)

@@ -97,8 +97,11 @@ def _reject(part: "Partition", pass_name: str, nodes, what, d: Decision) -> None
     """Record a rejected fusion of `nodes` in the plan trace and log it with its reason;
     `what` is a string or a callable making one."""
     if part.trace is not None:
-        part.trace.record(f"xla:{pass_name}", nodes, f"xla's {pass_name.replace('_', ' ')} "
-                          f"declined: {d.reason}")
+        reason = f"xla's {pass_name.replace('_', ' ')} declined: {d.reason}"
+        if isinstance(nodes, tuple):   # groups' frozen members (Partition.frozen)
+            part.trace.record_parts(f"xla:{pass_name}", nodes, reason)
+        else:
+            part.trace.record(f"xla:{pass_name}", nodes, reason)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("xla %s: %s not fused: %s", pass_name, what() if callable(what) else what,
                   d.reason)
@@ -126,6 +129,16 @@ class Partition:
         self._kernel: dict[int, bool] = {}
         self._hero: dict[int, Space | None] = {}
         self._succ: dict[int, list[int]] = {}
+        self._frozen: dict[int, tuple[int, frozenset]] = {}
+
+    def frozen(self, gid: int) -> frozenset:
+        """The group's members as a frozenset, shared until the group grows (members
+        only grow, by merges, so their count tells a stale copy)."""
+        members = self.members[gid]
+        got = self._frozen.get(gid)
+        if got is None or got[0] != len(members):
+            got = self._frozen[gid] = (len(members), frozenset(members))
+        return got[1]
 
     def _single(self, name: str) -> None:
         i = self.index[name]
@@ -442,7 +455,7 @@ def _fuse_siblings(part: Partition, order: GroupOrder, parent: str) -> None:
             else:
                 d = part.spend(part.legal(part.members[a] + part.members[b], True))
             if not d:
-                _reject(part, "multi_output_fusion", part.members[a] + part.members[b],
+                _reject(part, "multi_output_fusion", (part.frozen(a), part.frozen(b)),
                         lambda: f"siblings %{part.root_name(a)} and "
                         f"%{part.root_name(b)} (readers of %{parent})", d)
                 continue
