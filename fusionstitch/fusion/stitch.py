@@ -96,10 +96,12 @@ def _baseline_groups(graph: Graph, target: Target, leg) -> list[frozenset]:
     within that traffic.
     """
     from . import PLANNERS
+    from .xla import plan_xla
     xla = PLANNERS.get("xla")
     if xla is None:
         return []
-    plan = xla(graph, target)
+    # its trace would go unread: the stitch plan's own trace records stitch's decisions
+    plan = xla(graph, target, traced=False) if xla is plan_xla else xla(graph, target)
     return [frozenset(g.nodes) for g in plan.groups
             if g.kind == KERNEL and len(g.nodes) > 1 and leg.check(g.nodes)]
 

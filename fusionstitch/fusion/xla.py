@@ -71,11 +71,14 @@ HORIZONTAL_MAX_OPS = 30
 HORIZONTAL_MAX_PARAMS = 4000 // 8
 
 
-def plan_xla(graph: Graph, target) -> FusionPlan:
+def plan_xla(graph: Graph, target, traced: bool = True) -> FusionPlan:
     """Plan `graph` with XLA's GPU fusion passes (whose limits do not depend on `target`,
-    a Target or its name)."""
+    a Target or its name). `traced=False`: no plan trace (the stitch planner's baseline
+    reads only the groups, and tracing every declined pair costs seconds on long
+    graphs)."""
     from .trace import PlanTrace
-    part = Partition(graph, fuel=_fuel(), trace=PlanTrace("xla", str(target)))
+    part = Partition(graph, fuel=_fuel(),
+                     trace=PlanTrace("xla", str(target)) if traced else None)
     instruction_fusion(part)   # vertical: each producer into the one kernel of all its users
     fusion_merger(part)        # producer kernels into their only consumer, if bytes don't grow
     multi_output_fusion(part)  # siblings share input reads; producers fold into a consumer
