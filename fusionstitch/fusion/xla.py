@@ -96,13 +96,17 @@ def _numel(t: TensorType | TupleType) -> int:
         (e.numel for e in t.elements if e is not None), default=0)
 
 
-def _reject(part: "Partition", pass_name: str, nodes, what, d: Decision) -> None:
+def _reject(part: "Partition", pass_name: str, nodes, what, d: Decision,
+            groups: tuple[int, ...] = ()) -> None:
     """Record a rejected fusion of `nodes` in the plan trace and log it with its reason;
-    `what` is a string or a callable making one."""
+    `what` is a string or a callable making one. `groups`: instead of `nodes`, the
+    groups whose members were to be joined (their frozen members are shared, and
+    united only when the trace is read)."""
     if part.trace is not None:
         reason = f"xla's {pass_name.replace('_', ' ')} declined: {d.reason}"
-        if isinstance(nodes, tuple):   # groups' frozen members (Partition.frozen)
-            part.trace.record_parts(f"xla:{pass_name}", nodes, reason)
+        if groups:
+            part.trace.record_parts(f"xla:{pass_name}",
+                                    tuple(part.frozen(g) for g in groups), reason)
         else:
             part.trace.record(f"xla:{pass_name}", nodes, reason)
     if log.isEnabledFor(logging.DEBUG):
@@ -458,9 +462,9 @@ def _fuse_siblings(part: Partition, order: GroupOrder, parent: str) -> None:
             else:
                 d = part.spend(part.legal(part.members[a] + part.members[b], True))
             if not d:
-                _reject(part, "multi_output_fusion", (part.frozen(a), part.frozen(b)),
+                _reject(part, "multi_output_fusion", None,
                         lambda: f"siblings %{part.root_name(a)} and "
-                        f"%{part.root_name(b)} (readers of %{parent})", d)
+                        f"%{part.root_name(b)} (readers of %{parent})", d, groups=(a, b))
                 continue
             sibs[i] = order.merge(a, b)
             alive[j] = False
