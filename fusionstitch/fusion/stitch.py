@@ -38,6 +38,7 @@ from ..schedule.compose import composition
 from ..schedule.propagate import group_spaces
 from ..targets import Target, resolve
 from . import ilp
+from .gc_pause import gc_paused
 from .merge import merge_kernels
 from .patterns import Legality, candidate_patterns
 from .trace import PlanTrace, Verdict
@@ -196,6 +197,7 @@ def _solve(graph, patterns, scores, at_least, time_limit):
     return chosen, method, forbidden, dropped
 
 
+@gc_paused
 def plan_stitch(graph: Graph, target: str | Target, *, score_hook: ScoreFn | None = None,
                 time_limit: float = ilp.DEFAULT_TIME_LIMIT_S) -> FusionPlan:
     stages: dict[str, float] = {}

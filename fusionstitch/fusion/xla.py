@@ -48,6 +48,7 @@ from ..ir.graph import CONSTANT, Graph, TensorType, TupleType
 from ..ir.ops import Category, category, ops_where
 from ..schedule.compose import composition
 from ..schedule.propagate import Inconsistent, Space, escaping_values, group_spaces
+from .gc_pause import gc_paused
 from .legality import Decision, check_group, fusible
 from .plan import KERNEL, FusionPlan, is_input, node_kind, plan_from_groups
 
@@ -71,6 +72,7 @@ HORIZONTAL_MAX_OPS = 30
 HORIZONTAL_MAX_PARAMS = 4000 // 8
 
 
+@gc_paused
 def plan_xla(graph: Graph, target, traced: bool = True) -> FusionPlan:
     """Plan `graph` with XLA's GPU fusion passes (whose limits do not depend on `target`,
     a Target or its name). `traced=False`: no plan trace (the stitch planner's baseline
