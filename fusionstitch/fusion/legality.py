@@ -68,15 +68,16 @@ def small_gemm(graph: Graph, node: Node) -> bool:
 
 def check_group(graph: Graph, names, reach: Reachability, *,
                 batched_gemms: bool = False, assume_fusible: bool = False,
-                staged_bytes: int = 0) -> Decision:
+                staged_bytes: int = 0, structural=None) -> Decision:
     """Can these nodes be one kernel: all fusible, no cycle, one consistent schedule.
 
     `assume_fusible` skips the per-op check for callers that already made it.
     `staged_bytes`: a group no one schedule fits may still run as one program in
     stages (`propagate.component_space`) when it moves at most this many bytes
-    (0: never; see `staged_limit`).
+    (0: never; see `staged_limit`). `structural`: a `structure.StructuralMemo` of the
+    caller's (one per graph and settings) remembering the schedule verdict by structure.
     """
-    names = list(names)
+    group, names = names, list(names)
     for n in () if assume_fusible else names:
         d = fusible(graph, graph[n], batched_gemms=batched_gemms)
         if not d:
@@ -84,6 +85,15 @@ def check_group(graph: Graph, names, reach: Reachability, *,
     if reach.creates_cycle(names):
         return Decision.forbid("grouping would create a cycle (a path leaves the group "
                                "and re-enters it)")
+    if structural is None:
+        return schedule_verdict(graph, names, staged_bytes)
+    return structural.verdict(structural.key(group), "schedule",
+                              lambda: schedule_verdict(graph, names, staged_bytes))
+
+
+def schedule_verdict(graph: Graph, names, staged_bytes: int = 0) -> Decision:
+    """One consistent schedule for `names`, or (`staged_bytes` > 0) a staged program
+    moving at most that many bytes: the structural part of `check_group`."""
     try:
         spaces = group_spaces(graph, names, staged=staged_bytes > 0)
     except Inconsistent as e:

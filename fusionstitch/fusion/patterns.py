@@ -27,6 +27,7 @@ from ..schedule.propagate import (Inconsistent,
                                   component_space, components, reduction_space)
 from .legality import Decision, check_group, fusible
 from .plan import KERNEL, is_input, node_kind
+from .structure import StructuralMemo
 
 log = logging.getLogger("fusionstitch.fusion")
 
@@ -67,6 +68,9 @@ class Legality:
         self.reach = Reachability(graph)
         self.batched_gemms = batched_gemms
         self.memo: dict[frozenset, Decision] = {}
+        # schedule and lowering verdicts by structure (the repeated layers of a graph);
+        # this object's settings are fixed, so one memo serves all its checks
+        self.structural = StructuralMemo(graph, self.position)
         self.fusible = set()
         for n in graph.nodes:
             if is_input(n):
@@ -86,7 +90,8 @@ class Legality:
                 d = fusible(self.graph, self.graph[outside], batched_gemms=self.batched_gemms)
             else:
                 d = check_group(self.graph, key, self.reach, batched_gemms=self.batched_gemms,
-                                assume_fusible=True, staged_bytes=self.staged_bytes)
+                                assume_fusible=True, staged_bytes=self.staged_bytes,
+                                structural=self.structural)
                 if d and self.lowerable and len(key) > 1:
                     d = self._lowers(key)
             self.memo[key] = d
@@ -119,14 +124,17 @@ class Legality:
                 if not d:
                     return d
             return Decision.allow()
-        try:
-            k = tentative_lower(self.graph, sorted(key, key=self.position.__getitem__))
-        except Unsupported as e:
-            return Decision.forbid(f"the code generator cannot lower it: {e}")
-        if not self.max_recompute:
-            return Decision.allow()
-        from .profit import recompute_within
-        return recompute_within(graph, key, k, self.max_recompute, self.reused)
+        def lowers() -> Decision:
+            try:
+                k = tentative_lower(graph, sorted(key, key=self.position.__getitem__))
+            except Unsupported as e:
+                return Decision.forbid(f"the code generator cannot lower it: {e}")
+            if not self.max_recompute:
+                return Decision.allow()
+            from .profit import recompute_within
+            return recompute_within(graph, key, k, self.max_recompute, self.reused)
+        memo = self.structural
+        return memo.verdict(memo.key(key), "lowers", lowers)
 
 
 def _reduction_kind(graph: Graph, name: str) -> str | None:
