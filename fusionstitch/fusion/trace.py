@@ -56,8 +56,9 @@ class PlanTrace:
     def record(self, stage: str, nodes, reason: str, subject: str = "") -> None:
         self.raw.append(Verdict(stage, frozenset(nodes), reason, subject))
 
-    def record_parts(self, stage: str, parts: tuple, reason: str) -> None:
-        """`record` of the union of `parts` (frozensets), made only when read."""
+    def record_parts(self, stage: str, parts: tuple, reason) -> None:
+        """`record` of the union of `parts` (frozensets), made only when read; `reason`
+        is a string or a callable making one (called when read)."""
         self.raw.append((stage, parts, reason, ""))
 
     @property
@@ -66,7 +67,8 @@ class PlanTrace:
         for i, e in enumerate(raw):
             if not isinstance(e, Verdict):
                 stage, parts, reason, subject = e
-                raw[i] = Verdict(stage, frozenset().union(*parts), reason, subject)
+                raw[i] = Verdict(stage, frozenset().union(*parts),
+                                 reason() if callable(reason) else reason, subject)
         return raw
 
     def op(self, name: str, reason: str) -> None:

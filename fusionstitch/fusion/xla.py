@@ -38,6 +38,7 @@ Differences from XLA, on purpose:
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import os
@@ -75,9 +76,9 @@ HORIZONTAL_MAX_PARAMS = 4000 // 8
 @gc_paused
 def plan_xla(graph: Graph, target, traced: bool = True) -> FusionPlan:
     """Plan `graph` with XLA's GPU fusion passes (whose limits do not depend on `target`,
-    a Target or its name). `traced=False`: no plan trace (the stitch planner's baseline
-    reads only the groups, and tracing every declined pair costs seconds on long
-    graphs)."""
+    a Target or its name). `traced=False`: no plan trace and no composition labels
+    (kernel groups say "fused"): the stitch planner's baseline reads only the groups, and
+    tracing every declined pair costs seconds on long graphs."""
     from .trace import PlanTrace
     part = Partition(graph, fuel=_fuel(),
                      trace=PlanTrace("xla", str(target)) if traced else None)
@@ -85,7 +86,8 @@ def plan_xla(graph: Graph, target, traced: bool = True) -> FusionPlan:
     fusion_merger(part)        # producer kernels into their only consumer, if bytes don't grow
     multi_output_fusion(part)  # siblings share input reads; producers fold into a consumer
     horizontal_fusion(part)    # small independent kernels share one launch
-    return plan_from_groups(graph, part.groups(), "xla", compose=composition, trace=part.trace)
+    return plan_from_groups(graph, part.groups(), "xla", trace=part.trace,
+                            compose=composition if traced else None)
 
 
 def _fuel() -> int | None:
@@ -98,19 +100,13 @@ def _numel(t: TensorType | TupleType) -> int:
         (e.numel for e in t.elements if e is not None), default=0)
 
 
-def _reject(part: "Partition", pass_name: str, nodes, what, d: Decision,
-            groups: tuple[int, ...] = ()) -> None:
+def _reject(part: "Partition", pass_name: str, nodes, what, d: Decision) -> None:
     """Record a rejected fusion of `nodes` in the plan trace and log it with its reason;
-    `what` is a string or a callable making one. `groups`: instead of `nodes`, the
-    groups whose members were to be joined (their frozen members are shared, and
-    united only when the trace is read)."""
+    `what` is a string or a callable making one. (Declined sibling pairs, by far the
+    most numerous, are recorded by `_fuse_siblings` itself.)"""
     if part.trace is not None:
-        reason = f"xla's {pass_name.replace('_', ' ')} declined: {d.reason}"
-        if groups:
-            part.trace.record_parts(f"xla:{pass_name}",
-                                    tuple(part.frozen(g) for g in groups), reason)
-        else:
-            part.trace.record(f"xla:{pass_name}", nodes, reason)
+        part.trace.record(f"xla:{pass_name}", nodes,
+                          f"xla's {pass_name.replace('_', ' ')} declined: {d.reason}")
     if log.isEnabledFor(logging.DEBUG):
         log.debug("xla %s: %s not fused: %s", pass_name, what() if callable(what) else what,
                   d.reason)
@@ -450,31 +446,67 @@ def _fuse_siblings(part: Partition, order: GroupOrder, parent: str) -> None:
     else:
         reach = order.sibling_reach(sibs)
     alive = [True] * len(sibs)
+    # ~10^5 pairs are declined on a long LSTM: a declined pair costs a tuple in the
+    # trace (its reason made when read) and nothing when untraced
+    trace = part.trace
+    debug = log.isEnabledFor(logging.DEBUG)
+    frozen = [None] * len(sibs)    # sibs[k]'s members, frozen while it does not grow
     for i in range(len(sibs)):
         for j in range(i + 1, len(sibs)):
             if not (alive[i] and alive[j]):
                 continue
             a, b = sibs[i], sibs[j]
             if (reach[i] >> j | reach[j] >> i) & 1:
-                d = Decision.forbid("a path runs from one sibling to the other (a cycle, or "
-                                    "producer-consumer fusion)")
+                d = _SIBLING_PATH
             elif not _compatible(part.hero(a), part.hero(b)):
-                d = Decision.forbid(f"hero spaces differ ({part.hero(a)} vs {part.hero(b)}): "
-                                    "XLA needs equal loop shapes or equal reductions")
+                d = None   # the reason names both heroes: made only when read
             else:
                 d = part.spend(part.legal(part.members[a] + part.members[b], True))
-            if not d:
-                _reject(part, "multi_output_fusion", None,
-                        lambda: f"siblings %{part.root_name(a)} and "
-                        f"%{part.root_name(b)} (readers of %{parent})", d, groups=(a, b))
+                if d:
+                    sibs[i] = order.merge(a, b)
+                    frozen[i] = None
+                    alive[j] = False
+                    # i stands for both now: whoever reached j reaches i and all i reaches
+                    reach[i] |= reach[j]
+                    for k in range(len(sibs)):
+                        if alive[k] and k != i and (reach[k] >> i | reach[k] >> j) & 1:
+                            reach[k] |= reach[i] | (1 << i)
+                    continue
+            if trace is None and not debug:
                 continue
-            sibs[i] = order.merge(a, b)
-            alive[j] = False
-            # i stands for both now: whoever reached j reaches i and all that i reaches
-            reach[i] |= reach[j]
-            for k in range(len(sibs)):
-                if alive[k] and k != i and (reach[k] >> i | reach[k] >> j) & 1:
-                    reach[k] |= reach[i] | (1 << i)
+            why = d.reason if d is not None else _hero_reason(part.hero(a), part.hero(b))
+            if trace is not None:
+                if frozen[i] is None:
+                    frozen[i] = part.frozen(a)
+                if frozen[j] is None:
+                    frozen[j] = part.frozen(b)
+                trace.record_parts("xla:multi_output_fusion", (frozen[i], frozen[j]),
+                                   _MOF_DECLINED + why if d is not None else
+                                   functools.partial(_declined_heroes, why))
+            if debug:
+                log.debug("xla multi_output_fusion: siblings %%%s and %%%s (readers of %%%s) "
+                          "not fused: %s", part.root_name(a), part.root_name(b), parent,
+                          why() if callable(why) else why)
+
+
+_MOF_DECLINED = "xla's multi output fusion declined: "
+_SIBLING_PATH = Decision.forbid("a path runs from one sibling to the other (a cycle, or "
+                                "producer-consumer fusion)")
+
+
+def _hero_reason(ha: Space | None, hb: Space | None):
+    """The reason two siblings' heroes are not compatible (a callable: formatting spaces
+    costs, and most declined pairs are never read)."""
+    return functools.partial(_format_heroes, ha, hb)
+
+
+def _format_heroes(ha, hb) -> str:
+    return (f"hero spaces differ ({ha} vs {hb}): XLA needs equal loop shapes or equal "
+            "reductions")
+
+
+def _declined_heroes(why) -> str:
+    return _MOF_DECLINED + why()
 
 
 def _fuse_producer_consumer(part: Partition, order: GroupOrder, producer: int) -> None:
