@@ -16,7 +16,9 @@ from ..codegen.lower import Unsupported, lower_group
 from ..config import elide_half_casts
 from ..runtime.cache import register_memory_cache
 from ..targets import resolve
+from .legality import Decision
 from .plan import KERNEL, LIBRARY, FusionPlan, Group, node_kind
+from .structure import StructuralMemo
 
 log = logging.getLogger("fusionstitch.codegen")
 
@@ -50,12 +52,16 @@ def tentative_lower(graph, names):
     return k
 
 
-def _lower(graph, nodes, target) -> None:
+def _lower(graph, nodes, target, memo: StructuralMemo) -> None:
     """Raise Unsupported unless `target` lowers `nodes` to one kernel (on targets without
-    GEMM stages, no GEMM inside a kernel)."""
-    why = target.can_lower(graph, nodes, tentative_lower)
-    if why:
-        raise Unsupported(why)
+    GEMM stages, no GEMM inside a kernel). `memo`: the verdicts of this stage (one graph,
+    one target) by structure: the copies of a repeated layer are lowered once."""
+    def lowers() -> Decision:
+        why = target.can_lower(graph, nodes, tentative_lower)
+        return Decision.forbid(why) if why else Decision.allow()
+    d = memo.verdict(memo.key(nodes), "can_lower", lowers)
+    if not d:
+        raise Unsupported(d.reason)
 
 
 def legalize(plan: FusionPlan, target) -> FusionPlan:
@@ -66,6 +72,7 @@ def legalize(plan: FusionPlan, target) -> FusionPlan:
     trace = plan.trace
     out: list[Group] = []
     changed = False
+    memo = StructuralMemo(graph)
 
     def add(nodes, kind, comp):
         out.append(Group(len(out), tuple(nodes), kind, comp))
@@ -75,7 +82,7 @@ def legalize(plan: FusionPlan, target) -> FusionPlan:
             add(g.nodes, g.kind, g.composition)
             continue
         try:
-            _lower(graph, g.nodes, target)   # group nodes are in graph order, as everywhere
+            _lower(graph, g.nodes, target, memo)   # group nodes are in graph order, as everywhere
             add(g.nodes, g.kind, g.composition)
             continue
         except Unsupported as e:
@@ -91,7 +98,7 @@ def legalize(plan: FusionPlan, target) -> FusionPlan:
             kind = node_kind(graph[n])
             if kind == KERNEL and len(g.nodes) > 1:
                 try:
-                    _lower(graph, (n,), target)
+                    _lower(graph, (n,), target, memo)
                 except Unsupported as e:
                     reason = str(e)
                     kind = LIBRARY

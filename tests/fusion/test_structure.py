@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from bench.plan_table import capture
-from fusionstitch.fusion import structure
+from fusionstitch.fusion import make_plan, structure
 from fusionstitch.fusion.legality import Decision
 from fusionstitch.fusion.stitch import plan_stitch
 from fusionstitch.fusion.structure import StructuralMemo
@@ -74,11 +74,17 @@ def test_a_refusal_naming_a_node_outside_its_set_is_not_shared():
     assert len(n) == 2
 
 
-def _plans_without_memo(monkeypatch, graph, target):
+def _plans_without_memo(monkeypatch, graph, target, plan=plan_stitch):
     with monkeypatch.context() as m:
         m.setattr(structure.StructuralMemo, "verdict",
                   lambda self, shape, question, decide: decide())
-        return plan_stitch(graph, target)
+        return plan(graph, target)
+
+
+def _made(graph, target):
+    """The plan that runs (code-generation legality included: its verdicts are shared
+    by structure too)."""
+    return make_plan(graph, "stitch", target, use_cache=False)
 
 
 def _same(a, b):
@@ -91,8 +97,7 @@ def _same(a, b):
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
 def test_zoo_plans_do_not_change(monkeypatch, name, target):
     for graph in capture(name, "small"):
-        assert _same(plan_stitch(graph, target),
-                     _plans_without_memo(monkeypatch, graph, target))
+        assert _same(_made(graph, target), _plans_without_memo(monkeypatch, graph, target, _made))
 
 
 @settings(max_examples=25, deadline=None, derandomize=True,
