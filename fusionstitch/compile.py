@@ -91,7 +91,7 @@ def program(req: Request, built: Program) -> Callable:
         return req.runner(built)
     if req.cuda_graph_inputs is not None:
         from .runtime.cudagraph import wrap
-        return wrap(built, req.name, req.mutated, req.target.name, req.cuda_graph_inputs)
+        return wrap(built, req.name, req.mutated, req.target, req.cuda_graph_inputs)
     return built
 
 
@@ -150,7 +150,7 @@ class Compiled:
 def compile_graph(req: Request) -> Compiled:
     """Run STAGES on `req`; a stage's exception propagates (the frontend decides whether
     the graph falls back to torch)."""
-    req.dump = dumper(req.name, req.strategy, req.target.name)   # None: no debug folder
+    req.dump = dumper(req.name, req.strategy, req.target)   # None: no debug folder
     outputs: dict[str, Any] = {}
     seconds: dict[str, float] = {}
     out = None

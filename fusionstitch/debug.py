@@ -33,7 +33,8 @@ def _cannot_write(root: str, e: OSError) -> None:
 REPRO = '''"""Repro for graph {graph}: python repro.py  (strategy {strategy}, target {target}).
 
 Re-runs canonicalisation and planning on 01_frontend.txt, executes the plan and the
-unfused graph on the same random inputs, and prints the largest difference.
+unfused graph on the same random inputs (CPU tensors, on target {runner}), and prints the
+largest difference.
 """
 import os
 import pathlib
@@ -60,7 +61,7 @@ for p in graph.params:
         inputs.append(torch.rand(t.shape, generator=gen) > 0.5)
     else:  # integers are often indices: zeros are always in range
         inputs.append(torch.zeros(t.shape, dtype=t.torch_dtype))
-got = Program(plan, None, "{target}" if "{target}" != "cuda" else "interpret")(inputs)
+got = Program(plan, None, "{runner}")(inputs)
 ref = Program(plan_none(graph))(inputs)
 worst = 0.0
 for g, r in zip(got, ref):
@@ -71,8 +72,9 @@ print(f"{{plan.num_kernels}} kernels, {{plan.num_library_calls}} library calls; 
 '''
 
 
-def dumper(graph_name: str, strategy: str, target: str) -> Callable[[str, Any], None] | None:
-    """A dump(stage, obj) writer for one graph, or None when no debug folder is set."""
+def dumper(graph_name: str, strategy: str, target) -> Callable[[str, Any], None] | None:
+    """A dump(stage, obj) writer for one graph planned for `target` (a Target), or None
+    when no debug folder is set."""
     root = config.debug_dir()
     if not root:
         return None
@@ -80,7 +82,8 @@ def dumper(graph_name: str, strategy: str, target: str) -> Callable[[str, Any], 
     try:
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, "repro.py"), "w") as f:
-            f.write(REPRO.format(graph=graph_name, strategy=strategy, target=target))
+            f.write(REPRO.format(graph=graph_name, strategy=strategy, target=target.name,
+                                 runner=target.host_twin or target.name))
     except OSError as e:
         _cannot_write(root, e)
         return None

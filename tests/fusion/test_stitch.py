@@ -2,13 +2,13 @@
 the cycle-breaking ILP loop (Figure 3), fuel, determinism and stage timings."""
 import pytest
 
-from fusionstitch.analysis.cost import device_spec
 from fusionstitch.analysis.reach import Reachability
 from fusionstitch.fusion import stitch
 from fusionstitch.fusion.legality import check_group, staged_limit
 from fusionstitch.fusion.plan import KERNEL, LIBRARY, plan_none
 from fusionstitch.fusion.stitch import ModelScore, _find_cycle, plan_stitch
 from fusionstitch.ir.text import parse
+from fusionstitch.targets import resolve
 
 TARGETS = ["cuda", "cpu"]
 
@@ -286,7 +286,7 @@ def test_ilp_gets_only_positive_scores(monkeypatch, target):
     spy = SolveSpy(monkeypatch)
     graph = crossed(2)
     plan_stitch(graph, target)
-    device = device_spec(target)
+    device = resolve(target).device_spec
     score = ModelScore(graph, device)
     assert spy.calls
     for call in spy.calls:
@@ -297,7 +297,7 @@ def test_ilp_gets_only_positive_scores(monkeypatch, target):
 
 
 def test_fused_kernels_save_time():
-    device = device_spec("cuda")
+    device = resolve("cuda").device_spec
     for graph in (softmax(32, 128), LAYERNORM, SPLIT_BY_MM):
         plan = plan_stitch(graph, "cuda")
         score = ModelScore(graph, device)
