@@ -66,6 +66,23 @@ def plan_cache_enabled() -> bool:
     return env_flag_default("FUSIONSTITCH_PLAN_CACHE", True)
 
 
+def fuel() -> int | None:
+    """FUSIONSTITCH_FUEL=N: planning applies at most N fusions, so that a miscompile can be
+    bisected to the one fusion that causes it; unset or empty: no limit. Read once per
+    compilation by the driver (compile.py), which hands it to the planner."""
+    value = os.environ.get("FUSIONSTITCH_FUEL", "").strip()
+    if not value:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(f"fusionstitch: FUSIONSTITCH_FUEL={value!r}; expected a number of "
+                         "fusions (0, 1, 2, ...)")
+    return n
+
+
 def graph_cache_enabled() -> bool:
     """FUSIONSTITCH_GRAPH_CACHE=0 turns the cache of AOTAutograd's graphs off (on by default)."""
     return env_flag_default("FUSIONSTITCH_GRAPH_CACHE", True)

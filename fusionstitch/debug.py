@@ -34,13 +34,15 @@ REPRO = '''"""Repro for graph {graph}: python repro.py  (strategy {strategy}, ta
 
 Re-runs canonicalisation and planning on 01_frontend.txt, executes the plan and the
 unfused graph on the same random inputs (CPU tensors, on target {runner}), and prints the
-largest difference.
+largest difference. FUSIONSTITCH_FUEL=N plans with at most N fusions (bisect a
+miscompile to the one fusion that causes it).
 """
 import os
 import pathlib
 
 import torch
 
+from fusionstitch.config import fuel
 from fusionstitch.fusion import make_plan, plan_none
 from fusionstitch.ir.text import parse
 from fusionstitch.passes.pipeline import canonicalize
@@ -49,7 +51,7 @@ from fusionstitch.runtime.program import Program
 os.environ.setdefault("FUSIONSTITCH_PLAN_CACHE", "0")  # plan again, never load the plan
 here = pathlib.Path(__file__).parent
 graph = canonicalize(parse((here / "01_frontend.txt").read_text()), verify=True)
-plan = make_plan(graph, "{strategy}", "{target}")
+plan = make_plan(graph, "{strategy}", "{target}", fuel=fuel())
 print(plan.to_text())
 gen = torch.Generator().manual_seed(0)
 inputs = []

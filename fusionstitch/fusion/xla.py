@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import os
 
 from ..analysis.cost import group_bytes
 from ..analysis.reach import Reachability
@@ -73,24 +72,20 @@ HORIZONTAL_MAX_PARAMS = 4000 // 8
 
 
 @gc_paused
-def plan_xla(graph: Graph, target, traced: bool = True) -> FusionPlan:
+def plan_xla(graph: Graph, target, traced: bool = True,
+             fuel: int | None = None) -> FusionPlan:
     """Plan `graph` with XLA's GPU fusion passes (whose limits do not depend on `target`,
     a Target or its name). `traced=False`: no plan trace (the stitch planner's baseline
     reads only the groups, and tracing every declined pair costs seconds on long
-    graphs)."""
+    graphs). `fuel`: at most this many fusions (None: no limit)."""
     from .trace import PlanTrace
-    part = Partition(graph, fuel=_fuel(),
+    part = Partition(graph, fuel=fuel,
                      trace=PlanTrace("xla", str(target)) if traced else None)
     instruction_fusion(part)   # vertical: each producer into the one kernel of all its users
     fusion_merger(part)        # producer kernels into their only consumer, if bytes don't grow
     multi_output_fusion(part)  # siblings share input reads; producers fold into a consumer
     horizontal_fusion(part)    # small independent kernels share one launch
     return plan_from_groups(graph, part.groups(), "xla", compose=composition, trace=part.trace)
-
-
-def _fuel() -> int | None:
-    """FUSIONSTITCH_FUEL=N: apply at most N fusions (bisect a miscompile to one fusion)."""
-    return int(os.environ["FUSIONSTITCH_FUEL"]) if os.environ.get("FUSIONSTITCH_FUEL") else None
 
 
 def _numel(t: TensorType | TupleType) -> int:

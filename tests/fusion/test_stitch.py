@@ -120,11 +120,6 @@ class SolveSpy:
         return sol
 
 
-@pytest.fixture(autouse=True)
-def no_fuel(monkeypatch):
-    monkeypatch.delenv("FUSIONSTITCH_FUEL", raising=False)
-
-
 @pytest.mark.parametrize("target", TARGETS)
 def test_softmax_is_one_warp_kernel(target):
     plan = plan_stitch(softmax(32, 128), target)
@@ -248,10 +243,9 @@ def test_cycle_round_limit_still_gives_an_acyclic_plan(monkeypatch):
                        for grp in plan.groups), i
 
 
-def test_fuel_zero_gives_the_unfused_plan(monkeypatch):
+def test_fuel_zero_gives_the_unfused_plan():
     for graph in (softmax(32, 128), LAYERNORM, SPLIT_BY_MM, crossed(2)):
-        monkeypatch.setenv("FUSIONSTITCH_FUEL", "0")
-        plan = plan_stitch(graph, "cuda")
+        plan = plan_stitch(graph, "cuda", fuel=0)
         assert_sound(plan)
         none = plan_none(graph)
         assert plan.num_kernels == none.num_kernels
@@ -259,11 +253,10 @@ def test_fuel_zero_gives_the_unfused_plan(monkeypatch):
         assert multi(plan) == []
 
 
-def test_fuel_one_applies_one_fusion(monkeypatch):
+def test_fuel_one_applies_one_fusion():
     full = plan_stitch(SPLIT_BY_MM, "cuda")
     assert len(multi(full)) == 2
-    monkeypatch.setenv("FUSIONSTITCH_FUEL", "1")
-    plan = plan_stitch(SPLIT_BY_MM, "cuda")
+    plan = plan_stitch(SPLIT_BY_MM, "cuda", fuel=1)
     assert_sound(plan)
     (fused,) = multi(plan)
     assert fused.nodes in [g.nodes for g in multi(full)]
