@@ -8,10 +8,10 @@ and how a lowered kernel (`codegen/kernel.py`'s `Kernel`) becomes source text (`
 and a callable (`build`). The planners receive a Target (a name is resolved once, by
 `targets.resolve`); no other package keeps sets of target names: the options, the CLI,
 the cost model, the tuner and the runtime ask the registry (`targets.TARGETS`) or the
-Target. Each target is one
-package (`cpp/`, `triton/`: the Target in its `__init__.py`, its printer and build beside
-it) or module (`torch.py`), taking the target-neutral kernel IR from `codegen/`; a new
-target (CUDA C through NVRTC) is a new folder.
+Target. Each target is one package (`cpp/`, `triton/`: the Target in its `__init__.py`,
+its printer and build beside it) or module (`torch.py`), taking the target-neutral
+kernel IR from `codegen/`; a new target (CUDA C through NVRTC) is a new folder and its
+entry in the registry.
 """
 from __future__ import annotations
 
