@@ -197,10 +197,13 @@ def _bench_command(args) -> int:
     return run.main(argv, prog="fusionstitch bench")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fusionstitch", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    """The command line's parser; its target choices come from the target registry."""
+    from fusionstitch import config
+    from fusionstitch.targets import TARGETS
+    top = argparse.ArgumentParser(prog="fusionstitch", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = top.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo", help="compile a few zoo workloads and print what was fused")
     p.add_argument("--workloads", default=",".join(DEMO_WORKLOADS),
                    help="comma-separated zoo workload names (default: %(default)s)")
@@ -213,15 +216,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("target_spec", metavar="TARGET",
                    help="zoo workload (NAME, NAME:small, NAME:full) or path/to/file.py:factory")
     p.add_argument("--out", required=True, help="output folder (created when missing)")
-    p.add_argument("--strategy", default="stitch", choices=("none", "xla", "stitch"))
-    p.add_argument("--target", default="auto", choices=("auto", "cuda", "cpu", "interpret"))
+    p.add_argument("--strategy", default="stitch", choices=config.STRATEGIES)
+    p.add_argument("--target", default=config.AUTO, choices=config.target_names())
     p = sub.add_parser("bench", help="time zoo workloads or real models: eager, Inductor, "
                                      "fusionstitch")
     p.add_argument("--suite", choices=("zoo", "models"),
                    help="zoo workloads (the default) or the transformers models")
     p.add_argument("--workloads", help="comma-separated workload names (default: the suite's)")
     p.add_argument("--size", choices=("small", "full"))
-    p.add_argument("--target", choices=("auto", "cpu", "cuda"))
+    # timed targets: those whose kernels' times mean something (not the interpreter)
+    p.add_argument("--target", choices=(config.AUTO, *(n for n, t in TARGETS.items()
+                                                       if t.selectable and t.tunable)))
     p.add_argument("--against", help="baselines beside fusionstitch: eager,inductor")
     p.add_argument("--repeat", type=int, help="at least this many timed runs per variant")
     p.add_argument("--min-time", type=float, help="time until the runs add up to this (s)")
@@ -230,7 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-warm-start", dest="warm_start", action="store_false",
                    help="skip timing fusionstitch's warm starts")
     p.add_argument("--out", help="results folder (default: bench/results)")
-    args = parser.parse_args(argv)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.command == "bench":
         return _bench_command(args)
     if args.command == "explain":

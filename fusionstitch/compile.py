@@ -2,14 +2,16 @@
 
 Each stage takes the previous stage's output and returns its own; `STAGES` is the whole
 pipeline, in order, and `compile_graph` runs it (timing each stage, writing the debug
-folder, recording size guards where they are guards). The torch.compile backend
+folder, recording size guards where they are guards, reading the knobs that steer the
+stages once: the debug folder, the fuel). The torch.compile backend
 (frontend/torch.py) builds a `Request` for one input signature and calls
 `compile_graph`; nothing else sequences these steps.
 
     frontend      the caller's graph as IR (FX -> IR for torch.compile)
     canonicalise  passes/pipeline.py: views folded, CSE, DCE, ... (one dump per pass)
     plan          fusion: the strategy's plan (none | xla | stitch) made legal for the
-                  target's code generator, or loaded from the plan cache
+                  target's code generator, or loaded from the plan cache; at most
+                  FUSIONSTITCH_FUEL fusions when that is set (then never from the cache)
     lower         fusion/lowered.py: the kernel IR of every kernel group (a LoweredPlan)
     build         runtime/program.py: the kernels printed, compiled and loaded, and the
                   plan's steps laid out (a Program)
@@ -25,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from . import config
 from .debug import dump_kernels, dumper
 from .fusion import make_plan
 from .fusion.lowered import LoweredPlan, lower_plan
@@ -59,7 +62,10 @@ class Request:
     # tensors a CUDA graph is captured for (None: no CUDA graph)
     runner: Callable[[Program], Callable] | None = None
     cuda_graph_inputs: list | None = None
-    dump: Callable[[str, Any], None] | None = None   # the debug folder's writer, if any
+    # set by compile_graph from the knobs, once: the debug folder's writer, if any, and
+    # the fusions planning may apply (FUSIONSTITCH_FUEL; None: no limit)
+    dump: Callable[[str, Any], None] | None = None
+    fuel: int | None = None
 
 
 def frontend(req: Request, _: None) -> Graph:
@@ -71,7 +77,7 @@ def canonicalise(req: Request, graph: Graph) -> Graph:
 
 
 def plan(req: Request, graph: Graph) -> FusionPlan:
-    return make_plan(graph, req.strategy, req.target)
+    return make_plan(graph, req.strategy, req.target, fuel=req.fuel)
 
 
 def lower(req: Request, fusion_plan: FusionPlan) -> LoweredPlan:
@@ -91,7 +97,7 @@ def program(req: Request, built: Program) -> Callable:
         return req.runner(built)
     if req.cuda_graph_inputs is not None:
         from .runtime.cudagraph import wrap
-        return wrap(built, req.name, req.mutated, req.target.name, req.cuda_graph_inputs)
+        return wrap(built, req.name, req.mutated, req.target, req.cuda_graph_inputs)
     return built
 
 
@@ -150,7 +156,8 @@ class Compiled:
 def compile_graph(req: Request) -> Compiled:
     """Run STAGES on `req`; a stage's exception propagates (the frontend decides whether
     the graph falls back to torch)."""
-    req.dump = dumper(req.name, req.strategy, req.target.name)   # None: no debug folder
+    req.dump = dumper(req.name, req.strategy, req.target)   # None: no debug folder
+    req.fuel = config.fuel()
     outputs: dict[str, Any] = {}
     seconds: dict[str, float] = {}
     out = None

@@ -8,7 +8,34 @@ from dataclasses import dataclass
 __version__ = "0.1.0"
 
 STRATEGIES = ("none", "xla", "stitch")
-TARGETS = ("auto", "cuda", "cpu", "interpret")
+# `target="auto"`: the target marked `auto` for the inputs' device type (Target.auto)
+AUTO = "auto"
+# The registry of compilation targets, name -> Target (targets/__init__.py's TARGETS),
+# handed over when the targets package is imported: config sits below it and imports
+# none. The options read it by duck (a target's `selectable`, `device_type`, `auto`), so
+# a target added there is accepted here with no other edit.
+_targets: dict = {}
+
+
+def use_targets(registry: dict) -> None:
+    """Take the target registry (called once, by the targets package)."""
+    global _targets
+    _targets = registry
+
+
+def target_names() -> tuple[str, ...]:
+    """What `target=` accepts: `auto`, then every selectable target, in registry order."""
+    if not _targets:   # fusionstitch/__init__ imports the targets before any option is made
+        raise RuntimeError("fusionstitch: no target is registered (import fusionstitch, "
+                           "which imports fusionstitch.targets)")
+    return (AUTO, *(name for name, t in _targets.items() if t.selectable))
+
+
+def auto_target(device_type: str) -> str:
+    """The target `auto` picks for inputs on `device_type`; for a device no target marks
+    (or without inputs), the CPU's."""
+    picks = {t.device_type: name for name, t in _targets.items() if t.auto}
+    return picks.get(device_type) or picks["cpu"]   # torch device types, not target names
 
 
 def env_flag_default(name: str, default: bool) -> bool:
@@ -37,6 +64,23 @@ def debug_dir() -> str | None:
 def plan_cache_enabled() -> bool:
     """FUSIONSTITCH_PLAN_CACHE=0 turns the plan cache off (on by default)."""
     return env_flag_default("FUSIONSTITCH_PLAN_CACHE", True)
+
+
+def fuel() -> int | None:
+    """FUSIONSTITCH_FUEL=N: planning applies at most N fusions, so that a miscompile can be
+    bisected to the one fusion that causes it; unset or empty: no limit. Read once per
+    compilation by the driver (compile.py), which hands it to the planner."""
+    value = os.environ.get("FUSIONSTITCH_FUEL", "").strip()
+    if not value:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(f"fusionstitch: FUSIONSTITCH_FUEL={value!r}; expected a number of "
+                         "fusions (0, 1, 2, ...)")
+    return n
 
 
 def graph_cache_enabled() -> bool:
@@ -105,22 +149,23 @@ class Options:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"fusionstitch: unknown strategy {self.strategy!r}; expected one "
                              f"of {', '.join(STRATEGIES)}")
-        if self.target not in TARGETS:
+        if self.target not in target_names():
             raise ValueError(f"fusionstitch: unknown target {self.target!r}; expected one of "
-                             f"{', '.join(TARGETS)}")
+                             f"{', '.join(target_names())}")
         if not isinstance(self.cuda_graphs, bool):
             raise ValueError(f"fusionstitch: cuda_graphs must be True or False, not "
                              f"{self.cuda_graphs!r}")
 
     def resolved_target(self, device=None) -> str:
-        """The target: `target`, or for `auto` the inputs' device's (`cuda` for CUDA
-        tensors, else `cpu`); without a device, `cuda` when a GPU is present."""
-        if self.target != "auto":
+        """The target: `target`, or for `auto` the one it picks for the inputs' device
+        (`auto_target`: `cuda` for CUDA tensors, else `cpu`); without a device, the
+        GPU's when a GPU is present."""
+        if self.target != AUTO:
             return self.target
         if device is not None:
-            return "cuda" if device.type == "cuda" else "cpu"
+            return auto_target(device.type)
         import torch
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return auto_target("cuda" if torch.cuda.is_available() else "cpu")
 
     def with_compile_args(self, mode: str | None = None, options: dict | None = None) \
             -> "Options":

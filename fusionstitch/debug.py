@@ -33,13 +33,16 @@ def _cannot_write(root: str, e: OSError) -> None:
 REPRO = '''"""Repro for graph {graph}: python repro.py  (strategy {strategy}, target {target}).
 
 Re-runs canonicalisation and planning on 01_frontend.txt, executes the plan and the
-unfused graph on the same random inputs, and prints the largest difference.
+unfused graph on the same random inputs (CPU tensors, on target {runner}), and prints the
+largest difference. FUSIONSTITCH_FUEL=N plans with at most N fusions (bisect a
+miscompile to the one fusion that causes it).
 """
 import os
 import pathlib
 
 import torch
 
+from fusionstitch.config import fuel
 from fusionstitch.fusion import make_plan, plan_none
 from fusionstitch.ir.text import parse
 from fusionstitch.passes.pipeline import canonicalize
@@ -48,7 +51,7 @@ from fusionstitch.runtime.program import Program
 os.environ.setdefault("FUSIONSTITCH_PLAN_CACHE", "0")  # plan again, never load the plan
 here = pathlib.Path(__file__).parent
 graph = canonicalize(parse((here / "01_frontend.txt").read_text()), verify=True)
-plan = make_plan(graph, "{strategy}", "{target}")
+plan = make_plan(graph, "{strategy}", "{target}", fuel=fuel())
 print(plan.to_text())
 gen = torch.Generator().manual_seed(0)
 inputs = []
@@ -60,7 +63,7 @@ for p in graph.params:
         inputs.append(torch.rand(t.shape, generator=gen) > 0.5)
     else:  # integers are often indices: zeros are always in range
         inputs.append(torch.zeros(t.shape, dtype=t.torch_dtype))
-got = Program(plan, None, "{target}" if "{target}" != "cuda" else "interpret")(inputs)
+got = Program(plan, None, "{runner}")(inputs)
 ref = Program(plan_none(graph))(inputs)
 worst = 0.0
 for g, r in zip(got, ref):
@@ -71,8 +74,9 @@ print(f"{{plan.num_kernels}} kernels, {{plan.num_library_calls}} library calls; 
 '''
 
 
-def dumper(graph_name: str, strategy: str, target: str) -> Callable[[str, Any], None] | None:
-    """A dump(stage, obj) writer for one graph, or None when no debug folder is set."""
+def dumper(graph_name: str, strategy: str, target) -> Callable[[str, Any], None] | None:
+    """A dump(stage, obj) writer for one graph planned for `target` (a Target), or None
+    when no debug folder is set."""
     root = config.debug_dir()
     if not root:
         return None
@@ -80,7 +84,8 @@ def dumper(graph_name: str, strategy: str, target: str) -> Callable[[str, Any], 
     try:
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, "repro.py"), "w") as f:
-            f.write(REPRO.format(graph=graph_name, strategy=strategy, target=target))
+            f.write(REPRO.format(graph=graph_name, strategy=strategy, target=target.name,
+                                 runner=target.host_twin or target.name))
     except OSError as e:
         _cannot_write(root, e)
         return None

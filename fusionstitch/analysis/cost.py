@@ -3,7 +3,9 @@
 Memory traffic: a kernel or library call reads each distinct value it takes
 from outside its group once and writes each value that leaves its group once
 (read by another group or returned). Free groups (views, tuple access) move
-nothing. Device numbers live in DEVICES, each with its source.
+nothing. Device numbers live in DEVICES, each with its source, keyed by the hardware
+they describe; each compilation target names its own entry (`Target.cost_device`,
+targets/), so this table knows no target.
 """
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ class DeviceSpec:
 
 
 DEVICES: dict[str, DeviceSpec] = {
-    "cuda": DeviceSpec(
+    "h100-sxm": DeviceSpec(
         "cuda (NVIDIA H100 SXM class)",
         Measured(3.0e12, "H100 SXM HBM3 spec 3.35 TB/s; ~90% reached by large copies "
                          "(NVIDIA H100 datasheet); to re-measure on the lent device"),
@@ -73,7 +75,7 @@ DEVICES: dict[str, DeviceSpec] = {
         Measured(3.0e12 / 132, "the device bandwidth shared by its 132 SMs (H100 SXM): a "
                                "lower bound for one block; to re-measure on the lent device"),
     ),
-    "cpu": DeviceSpec(
+    "ci-epyc-2core": DeviceSpec(
         "cpu (2-core AMD EPYC CI machine)",
         Measured(16.8e9, "torch copy_ of 64 MB, 2 threads, median of 10 "
                          "(measured here 2026-11-22): 16.8 GB/s read+write"),
@@ -85,13 +87,3 @@ DEVICES: dict[str, DeviceSpec] = {
         Measured(16.8e9 / 2, "one of the 2 threads of the copy measurement above"),
     ),
 }
-DEVICES["interpret"] = DEVICES["cuda"]  # the interpreter runs the GPU plan
-
-
-def device_spec(target: str) -> DeviceSpec:
-    """The cost-model entry for a resolved target (cuda, cpu or interpret)."""
-    try:
-        return DEVICES[target]
-    except KeyError:
-        raise ValueError(f"no cost-model entry for target {target!r}; expected one of "
-                         f"{sorted(DEVICES)}") from None

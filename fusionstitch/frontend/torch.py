@@ -31,7 +31,7 @@ from ..fusion.plan import FusionPlan
 from ..ir.graph import Graph
 from ..runtime import counters as _stats
 from ..runtime.program import Program
-from ..targets import resolve
+from ..targets import device_types, resolve
 from . import dynamic, graph_cache, precompile
 from .decompositions import decompositions
 from .fx_to_ir import Unsupported, fx_to_ir, input_specs
@@ -55,23 +55,30 @@ def _refuse(name: str, why: str) -> None:
 
 def check_devices(options: config.Options, inputs: list) -> None:
     """Refuse (ValueError naming what was expected) a target that cannot run on the
-    inputs' device: `cuda` without a GPU or without CUDA inputs, `cpu` / `interpret`
-    with inputs elsewhere than on the CPU."""
+    inputs' device (its `device_type`): a device torch does not see (`cuda` without a
+    GPU), or inputs on another device than its own and the CPU (`cpu` / `interpret` take
+    CPU tensors only). `auto` picks per device and is never refused."""
+    if options.target == config.AUTO:
+        return
+    target = resolve(options.target)
+    kind = target.device_type
+    if kind is None:
+        return
     devices = sorted({t.device.type for t in inputs if isinstance(t, torch.Tensor)})
-    target = options.target
-    others = "target='cpu', 'interpret' or 'auto'"
-    if target == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError("fusionstitch: target='cuda' needs a CUDA GPU, and torch sees "
-                             f"none (torch.cuda.is_available() is False); use {others}")
-        if devices and "cuda" not in devices:
-            raise ValueError(f"fusionstitch: target='cuda' runs on CUDA tensors, and this "
-                             f"graph's inputs are on {', '.join(devices)}; move them to the "
-                             f"GPU, or use {others}")
-    elif target in ("cpu", "interpret") and set(devices) - {"cpu"}:
-        raise ValueError(f"fusionstitch: target={target!r} runs on CPU tensors, and this "
-                         f"graph's inputs are on {', '.join(devices)}; use target='cuda' for "
-                         "CUDA tensors, or 'auto'")
+
+    def use(fits: Callable[[str | None], bool]) -> str:   # the other choices to offer
+        names = [repr(n) for n in config.target_names()
+                 if n != config.AUTO and n != target.name and fits(resolve(n).device_type)]
+        return f"target={', '.join(names)} or 'auto'" if names else "target='auto'"
+
+    if not getattr(torch, kind).is_available():   # torch.cuda, torch.cpu, ...
+        raise ValueError(f"fusionstitch: target={target.name!r} needs a {kind.upper()} "
+                         f"device, and torch sees none (torch.{kind}.is_available() is "
+                         f"False); use {use(lambda k: k != kind)}")
+    if devices and (kind not in devices or set(devices) - {kind, "cpu"}):
+        raise ValueError(f"fusionstitch: target={target.name!r} runs on {kind.upper()} "
+                         f"tensors, and this graph's inputs are on {', '.join(devices)}; "
+                         f"move them, or use {use(lambda k: k in devices and k != kind)}")
 
 
 @dataclass
@@ -248,7 +255,7 @@ class CompiledGraph:
         of the graph, under the guards it records); raises Unsupported."""
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
         target = self.options.resolved_target(device)
-        if device is not None and device.type not in ("cpu", "cuda") and self.execute:
+        if device is not None and device.type not in device_types() and self.execute:
             raise Unsupported(f"inputs on device {device.type}: no fusionstitch target "
                               "runs there")
 

@@ -11,8 +11,9 @@ from .plan import FREE, KERNEL, LIBRARY, FusionPlan, Group, plan_none
 
 log = logging.getLogger("fusionstitch.fusion")
 
-# Strategy name -> planner(graph, target) -> FusionPlan.
-PLANNERS = {"none": lambda graph, target: plan_none(graph)}
+# Strategy name -> planner(graph, target, fuel=None) -> FusionPlan; `fuel`: the most
+# fusions the planner may apply (None: no limit; 0: the unfused plan).
+PLANNERS = {"none": lambda graph, target, fuel=None: plan_none(graph)}
 
 
 def _register_planners() -> None:
@@ -34,10 +35,12 @@ _REGISTERED = dict(PLANNERS)
 
 
 def make_plan(graph: Graph, strategy: str, target: str | Target,
-              use_cache: bool = True) -> FusionPlan:
+              use_cache: bool = True, fuel: int | None = None) -> FusionPlan:
     """The plan that runs: the strategy's plan, then code-generation legality (targets
     that generate kernels). `target`: a Target, or its name (resolved here, once). Loaded from the plan cache when this graph was planned before
     (stage `plan_cache`), else planned and stored there (`use_cache=False`: neither).
+    `fuel`: at most this many fusions (the driver's FUSIONSTITCH_FUEL; None: no limit);
+    a plan with fuel neither comes from the cache nor goes there.
     A plan made here carries its planning run's decisions (`plan.trace`, trace.py); a
     plan from the cache carries none."""
     from . import plan_cache
@@ -50,7 +53,8 @@ def make_plan(graph: Graph, strategy: str, target: str | Target,
                         strategy)
         planner = PLANNERS["none"]
     key = None
-    if use_cache and plan_cache.enabled() and planner is _REGISTERED.get(strategy, _REGISTERED["none"]):
+    if use_cache and fuel is None and plan_cache.enabled() and \
+            planner is _REGISTERED.get(strategy, _REGISTERED["none"]):
         start = time.perf_counter()
         tune_part = plan_key_part(target.name)
         key = plan_cache.plan_key(graph, strategy, target.name, tune_part)
@@ -58,7 +62,7 @@ def make_plan(graph: Graph, strategy: str, target: str | Target,
         if cached is not None:   # its one stage: the look-up, key included
             return cached.with_stages({plan_cache.HIT_STAGE: time.perf_counter() - start})
         lookup = time.perf_counter() - start
-    plan = planner(graph, target)
+    plan = planner(graph, target, fuel=fuel)
     if plan.trace is None:
         from dataclasses import replace
 

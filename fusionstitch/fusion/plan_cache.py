@@ -17,9 +17,10 @@ The key is everything the plan depends on:
   tuning is on: a plan made with measured times is the plan of those times. A plan
   that tuning made is stored under the library as it was after tuning, so the warm
   start that follows loads it without planning (or measuring) again.
-Planning that reads anything else does not use the cache: `FUSIONSTITCH_FUEL`
-set, a planner replaced in `PLANNERS`, or a `score_hook` (only `plan_stitch`
-takes one, and `make_plan`, the one caller of this cache, passes none).
+Planning that reads anything else does not use the cache: a fuel limit
+(`make_plan(fuel=...)`, the driver's FUSIONSTITCH_FUEL), a planner replaced in
+`PLANNERS`, or a `score_hook` (only `plan_stitch` takes one, and `make_plan`, the one
+caller of this cache, passes none).
 
 The value is the plan's groups (node names, kind, composition) and the stages of
 the planning run that made it (kept for reading, not reported again). Files are
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from dataclasses import replace
 from functools import lru_cache
@@ -59,8 +59,8 @@ _MEMORY: dict[str, tuple[str, tuple]] = {}
 
 
 def enabled() -> bool:
-    """Whether planning may use the cache now (the knob and the fuel knob)."""
-    return plan_cache_enabled() and os.environ.get("FUSIONSTITCH_FUEL") in (None, "")
+    """Whether planning may use the cache now (FUSIONSTITCH_PLAN_CACHE)."""
+    return plan_cache_enabled()
 
 
 @lru_cache(maxsize=1)

@@ -27,7 +27,6 @@ Planning time per stage is kept in the plan's `stages` (seconds).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Callable
 
@@ -55,12 +54,6 @@ MAX_CYCLE_ROUNDS = 50
 MAX_TUNE_ROUNDS = 4
 
 ScoreFn = Callable[[Graph, frozenset, DeviceSpec], float]
-
-
-def fuel() -> int | None:
-    """FUSIONSTITCH_FUEL=N: apply at most N fusions (bisect a miscompile to one fusion)."""
-    v = os.environ.get("FUSIONSTITCH_FUEL")
-    return int(v) if v not in (None, "") else None
 
 
 class ModelScore:
@@ -199,7 +192,12 @@ def _solve(graph, patterns, scores, at_least, time_limit):
 
 @gc_paused
 def plan_stitch(graph: Graph, target: str | Target, *, score_hook: ScoreFn | None = None,
-                time_limit: float = ilp.DEFAULT_TIME_LIMIT_S) -> FusionPlan:
+                time_limit: float = ilp.DEFAULT_TIME_LIMIT_S,
+                fuel: int | None = None) -> FusionPlan:
+    """The FusionStitching plan of `graph` for `target`. `fuel`: apply only the first
+    `fuel` groups the ILP chose (None: all, then packed and merged). The choice does not
+    depend on the fuel (the xla baseline it must beat is planned in full: a standard,
+    not a fusion applied), so fuel k + 1 applies fuel k's groups and one more."""
     stages: dict[str, float] = {}
     t = time.perf_counter()
     target = resolve(target)
@@ -259,7 +257,7 @@ def plan_stitch(graph: Graph, target: str | Target, *, score_hook: ScoreFn | Non
 
     t = time.perf_counter()
     groups = [patterns[i] for i in chosen]
-    limit = fuel()
+    limit = fuel
     if limit is not None:
         for p in groups[limit:]:
             trace.candidates[p] = Verdict("fuel", p, f"FUSIONSTITCH_FUEL={limit}: out of "

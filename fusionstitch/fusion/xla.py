@@ -41,7 +41,6 @@ from __future__ import annotations
 import functools
 import heapq
 import logging
-import os
 
 from ..analysis.cost import group_bytes
 from ..analysis.reach import Reachability
@@ -74,13 +73,15 @@ HORIZONTAL_MAX_PARAMS = 4000 // 8
 
 
 @gc_paused
-def plan_xla(graph: Graph, target, traced: bool = True) -> FusionPlan:
+def plan_xla(graph: Graph, target, traced: bool = True,
+             fuel: int | None = None) -> FusionPlan:
     """Plan `graph` with XLA's GPU fusion passes (whose limits do not depend on `target`,
     a Target or its name). `traced=False`: no plan trace and no composition labels
     (kernel groups say "fused"): the stitch planner's baseline reads only the groups, and
-    tracing every declined pair costs seconds on long graphs."""
+    tracing every declined pair costs seconds on long graphs. `fuel`: at most this many
+    fusions (None: no limit)."""
     from .trace import PlanTrace
-    part = Partition(graph, fuel=_fuel(),
+    part = Partition(graph, fuel=fuel,
                      trace=PlanTrace("xla", str(target)) if traced else None)
     instruction_fusion(part)   # vertical: each producer into the one kernel of all its users
     fusion_merger(part)        # producer kernels into their only consumer, if bytes don't grow
@@ -88,11 +89,6 @@ def plan_xla(graph: Graph, target, traced: bool = True) -> FusionPlan:
     horizontal_fusion(part)    # small independent kernels share one launch
     return plan_from_groups(graph, part.groups(), "xla", trace=part.trace,
                             compose=composition if traced else None)
-
-
-def _fuel() -> int | None:
-    """FUSIONSTITCH_FUEL=N: apply at most N fusions (bisect a miscompile to one fusion)."""
-    return int(os.environ["FUSIONSTITCH_FUEL"]) if os.environ.get("FUSIONSTITCH_FUEL") else None
 
 
 def _numel(t: TensorType | TupleType) -> int:

@@ -20,12 +20,13 @@ import re
 from dataclasses import dataclass
 from html import escape
 
-from ..analysis.cost import device_spec, group_bytes
+from ..analysis.cost import group_bytes
 from ..fusion.plan import FREE, KERNEL, FusionPlan
 from ..ir.graph import PARAMETER, Graph, Node, Ref
 from ..ir.text import print_graph
 from .explain import GraphReport, Report
 from .render import PALETTE, group_colour, kernel_producers, plan_svg, short_op
+from ..targets import resolve
 from ..targets.source import KernelSource, kernel_source
 
 # Boundaries listed per graph: past this the list stops being read (and each reason costs a
@@ -111,7 +112,7 @@ def _stages(stages: dict) -> str:
 def _modelled_us(report: Report, plan: FusionPlan | None) -> float:
     if plan is None:
         return 0.0
-    spec = device_spec(report.target)
+    spec = resolve(report.target).device_spec
     return sum(spec.kernel_time(group_bytes(plan.graph, g.nodes)) for g in plan.groups
                if g.kind != FREE) * 1e6
 
@@ -144,7 +145,7 @@ def _summary(report: Report, anchors: list[str]) -> list[str]:
 
 def _groups_table(report: Report, g: GraphReport, sources: dict[int, KernelSource],
                   anchor: str) -> list[str]:
-    plan, spec = g.plan, device_spec(report.target)
+    plan, spec = g.plan, resolve(report.target).device_spec
     rows = ['<div class="scroll"><table class="groups"><thead><tr><th>group</th><th>kind</th>'
             '<th>composition</th><th>ops</th><th>modelled bytes</th><th>modelled µs</th>'
             '<th class="wide">ops (IR text)</th></tr></thead><tbody>']
@@ -401,7 +402,7 @@ def report_html(report: Report, *, title: str = "fusionstitch plan", boundaries=
             f"moved · planned in {report.planning_seconds * 1e3:.1f} ms")
     out = [f"<h1>{escape(title)}</h1>", f'<p class="lede">{head}</p>',
            f'<p class="note">Modelled bytes and times come from the cost model '
-           f'{escape(device_spec(report.target).name)}. '
+           f'{escape(resolve(report.target).device_spec.name)}. '
            f'Each graph lists its groups (ops as IR text), then the source generated for '
            f'each kernel: shown up to {SOURCE_CAP_LINES} lines, whole in the kernels/ '
            f'folder beside this page.</p>',

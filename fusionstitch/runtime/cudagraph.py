@@ -6,8 +6,8 @@ graphs that is most of a step. A CUDA graph records the launches of one run and 
 them with one driver call.
 
 Where: one graph per specialisation (one Program, so static shapes by construction; each
-shape key gets its own graph), when `cuda_graphs=True`, the resolved target is `cuda` and
-every tensor input is on a CUDA device. Otherwise the Program runs as before, and the
+shape key gets its own graph), when `cuda_graphs=True`, the resolved target supports CUDA
+graphs (`Target.supports_cuda_graphs`: cuda) and every tensor input is on a CUDA device. Otherwise the Program runs as before, and the
 reason is logged once at INFO (`fusionstitch.runtime`).
 
 Life of a GraphedProgram:
@@ -70,6 +70,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..targets import resolve
 from . import counters as _stats
 
 log = logging.getLogger("fusionstitch.runtime")
@@ -83,10 +84,12 @@ CAPTURE_LIMIT = 4
 _said: set[str] = set()
 
 
-def why_not(target: str, tensors: list) -> str | None:
-    """Why a Program with these inputs cannot be captured, or None when it can."""
-    if target != "cuda":
-        return f"the target is {target!r}, not 'cuda'"
+def why_not(target, tensors: list) -> str | None:
+    """Why a Program for `target` (a Target or its name) with these inputs cannot be
+    captured, or None when it can."""
+    target = resolve(target)
+    if not target.supports_cuda_graphs:
+        return f"the target {target.name!r} has no CUDA graphs"
     if not tensors:
         return "the graph has no tensor inputs"
     where = next((t.device for t in tensors if not t.is_cuda), None)
@@ -97,7 +100,7 @@ def why_not(target: str, tensors: list) -> str | None:
     return None
 
 
-def wrap(program: Callable, name: str, mutated: list[tuple[int, int]], target: str,
+def wrap(program: Callable, name: str, mutated: list[tuple[int, int]], target,
          tensors: list) -> Callable:
     """`program` run through a CUDA graph when it can be, else `program` itself.
 

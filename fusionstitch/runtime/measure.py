@@ -25,6 +25,7 @@ import time
 import torch
 
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Node, Ref, TensorType
+from ..targets import resolve
 from ..tune.score import NotMeasurable, register_measurer
 from . import counters
 
@@ -106,8 +107,8 @@ def _programs(sub: Graph, target: str, device: torch.device):
 def measure(graph: Graph, pattern, target: str) -> dict[str, tuple[float, int]]:
     """{"fused": (median s, calls), "split": (median s, calls)} of `pattern`; raises
     NotMeasurable (or what building or running its kernels raises)."""
-    device = torch.device("cuda" if target == "cuda" else "cpu")
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    device = torch.device(resolve(target).device_type)
+    sync = getattr(torch, device.type).synchronize   # torch.cuda's, or torch.cpu's no-op
     saved = counters.stats()
     try:
         sub = subgraph(graph, pattern)

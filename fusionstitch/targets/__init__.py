@@ -1,12 +1,19 @@
-"""Compilation targets (base.py): one object per place a plan can run."""
+"""Compilation targets (base.py): one object per place a plan can run.
+
+`TARGETS` is the registry: the options (config.py, which sits below this package and
+receives the registry when it is imported), the CLI, the frontend's device checks, the
+tuner and the runtime read it or the Target it resolves to, so a target added here is
+accepted everywhere with no other edit."""
 from __future__ import annotations
 
+from .. import config
 from .base import Language, Target
 from .cpp import CPU
 from .torch import TORCH
 from .triton import CUDA, INTERPRET
 
 TARGETS: dict[str, Target] = {t.name: t for t in (CPU, CUDA, INTERPRET, TORCH)}
+config.use_targets(TARGETS)
 
 
 def resolve(target: str | Target) -> Target:
@@ -21,4 +28,10 @@ def resolve(target: str | Target) -> Target:
                          f"{', '.join(TARGETS)}") from None
 
 
-__all__ = ["Language", "Target", "TARGETS", "resolve", "CPU", "CUDA", "INTERPRET", "TORCH"]
+def device_types() -> set[str]:
+    """The torch device types some target runs on."""
+    return {t.device_type for t in TARGETS.values() if t.device_type is not None}
+
+
+__all__ = ["Language", "Target", "TARGETS", "resolve", "device_types", "CPU", "CUDA",
+           "INTERPRET", "TORCH"]

@@ -2,18 +2,23 @@
 
 A `Target` names what differs between the places a plan can run: whether its code
 generator makes kernels at all, what it can fuse (GEMM stages, row buffers), its
-limits (recomputation, bytes a staged kernel may move), its cost-model device, and how
-a lowered kernel (`codegen/kernel.py`'s `Kernel`) becomes source text (`render`) and a
-callable (`build`). The planners receive a Target (a name is resolved once, by
-`targets.resolve`); no other package keeps sets of target names. Each target is one
-package (`cpp/`, `triton/`: the Target in its `__init__.py`, its printer and build beside
-it) or module (`torch.py`), taking the target-neutral kernel IR from `codegen/`; a new
-target (CUDA C through NVRTC) is a new folder.
+limits (recomputation, bytes a staged kernel may move), its cost-model device, where it
+runs (the torch device type of its tensors, whether `auto` picks it there, CUDA graphs),
+and how a lowered kernel (`codegen/kernel.py`'s `Kernel`) becomes source text (`render`)
+and a callable (`build`). The planners receive a Target (a name is resolved once, by
+`targets.resolve`); no other package keeps sets of target names: the options, the CLI,
+the cost model, the tuner and the runtime ask the registry (`targets.TARGETS`) or the
+Target. Each target is one package (`cpp/`, `triton/`: the Target in its `__init__.py`,
+its printer and build beside it) or module (`torch.py`), taking the target-neutral
+kernel IR from `codegen/`; a new target (CUDA C through NVRTC) is a new folder and its
+entry in the registry.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from ..analysis.cost import DeviceSpec
 
 
 @dataclass(frozen=True)
@@ -28,8 +33,23 @@ class Language:
 @dataclass(frozen=True, eq=False)
 class Target:
     name: str
-    # the cost-model entry (analysis/cost.py's DEVICES), None where none applies
-    device: str | None = None
+    # the cost-model device (one of analysis/cost.py's DEVICES) planning scores with;
+    # None where none applies (torch plans nothing)
+    cost_device: DeviceSpec | None = None
+    # where it runs: the torch device type of the tensors its programs take (None: any);
+    # `target="auto"` picks, for inputs on a device type, the target marked `auto` there;
+    # a target that is not `selectable` is internal (torch: explain's executor), never a
+    # value of `target=`; `host_twin` names the target that runs its kernels on CPU tensors
+    # (the debug folder's repro runs there; None: itself)
+    device_type: str | None = None
+    auto: bool = False
+    selectable: bool = True
+    host_twin: str | None = None
+    # a Program may be captured and replayed as a CUDA graph (runtime/cudagraph.py);
+    # its kernels' measured times are worth keeping in the performance library (tune/:
+    # not the interpreter's, which say nothing of a GPU)
+    supports_cuda_graphs: bool = False
+    tunable: bool = False
     # features: kernel groups become generated kernels (else plans run through torch);
     # GEMMs fuse into kernels (block composition, tl.dot); values are kept in row
     # buffers across a reduction's loops (targets/cpp/rowbuf.py), so re-reading them is not
@@ -47,9 +67,10 @@ class Target:
 
     # -- the cost model and limits ------------------------------------------------------
     @property
-    def device_spec(self):
-        from ..analysis.cost import device_spec
-        return device_spec(self.device or self.name)
+    def device_spec(self) -> DeviceSpec:
+        if self.cost_device is None:
+            raise ValueError(f"target {self.name!r} has no cost-model device")
+        return self.cost_device
 
     @property
     def staged_bytes(self) -> int:
@@ -60,6 +81,11 @@ class Target:
             return 0
         d = self.device_spec
         return int(d.launch_latency.value * d.program_bandwidth.value)
+
+    def toolchain(self) -> list[str]:
+        """What its kernels' times depend on besides the kernel and the host (compiler,
+        GPU), in words: part of the performance library's machine key (tune/key.py)."""
+        return []
 
     # -- lowering ------------------------------------------------------------------------
     def can_lower(self, graph, nodes, lower: Callable | None = None) -> str:

@@ -23,6 +23,7 @@ import torch
 
 from ..ir.graph import CONSTANT, Graph, Ref, TensorLiteral, TensorType
 from ..runtime.cache import digest
+from ..targets import resolve
 
 # sizes and integer literals at or below this are kept exactly (dims, small extents)
 EXACT_BELOW = 16
@@ -142,21 +143,7 @@ def _fixed(target: str) -> str:
              f"codegen {_source_digest('codegen')}", f"targets {_source_digest('targets')}",
              f"runtime {_source_digest('runtime')}",
              f"cpu {cpu_model()} x{os.cpu_count()}"]
-    if target == "cpu":
-        from ..targets.cpp.build import compiler, toolchain
-        try:
-            version, arch = toolchain(compiler())
-            parts.append(f"cxx {version} {arch}")
-        except Exception as e:   # no compiler: no kernels to measure, but a stable key
-            parts.append(f"cxx none ({type(e).__name__})")
-    else:
-        try:
-            import triton
-            parts.append(f"triton {triton.__version__}")
-        except ImportError:
-            parts.append("triton none")
-        if target == "cuda" and torch.cuda.is_available():
-            parts.append(f"gpu {torch.cuda.get_device_name()}")
+    parts += resolve(target).toolchain()   # its compiler (C++, Triton), its GPU
     return "; ".join(parts)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from ..runtime import counters
+from ..targets import resolve
 from . import library
 from .key import PatternKey, op_signature, pattern_key
 
@@ -40,8 +41,6 @@ def measure(graph, pattern, target: str) -> dict:
 # measurements one planning run may make: a graph with more unmeasured choices goes on
 # being tuned by later compiles (each plans with what the library then holds)
 MAX_MEASUREMENTS = 32
-# targets whose kernels are worth timing (the interpreter's times say nothing of a GPU)
-TUNABLE_TARGETS = ("cpu", "cuda")
 
 
 class PerfScore:
@@ -50,7 +49,9 @@ class PerfScore:
         self.target = target
         self.model = model
         self.snap = library.snapshot(target)
-        self.tuning = (level >= 1 and target in TUNABLE_TARGETS and not graph.symbolic)
+        # only targets whose kernels are worth timing (Target.tunable: the interpreter's
+        # times say nothing of a GPU)
+        self.tuning = (level >= 1 and resolve(target).tunable and not graph.symbolic)
         self.measured_here = 0
         self._keys: dict[frozenset, PatternKey] = {}
         self._position: dict[str, int] | None = None

@@ -3,8 +3,7 @@ import dataclasses
 
 import pytest
 
-from fusionstitch.analysis.cost import (DEVICES, DeviceSpec, Measured, device_spec,
-                                        group_bytes, plan_bytes)
+from fusionstitch.analysis.cost import DEVICES, DeviceSpec, Measured, group_bytes, plan_bytes
 from fusionstitch.fusion.plan import FREE, plan_from_groups, plan_none
 from fusionstitch.ir.text import parse
 
@@ -69,9 +68,3 @@ def test_plan_bytes_sums_groups_and_skips_free_ones():
     assert plan_bytes(fused) == 128 + 32 + 128 + 128
     assert plan_bytes(fused) < plan_bytes(plan)
 
-
-def test_device_spec_known_and_unknown():
-    assert device_spec("cpu") is DEVICES["cpu"]
-    assert device_spec("interpret") is DEVICES["cuda"]
-    with pytest.raises(ValueError, match="tpu"):
-        device_spec("tpu")

@@ -166,10 +166,8 @@ def test_the_knob_turns_the_cache_off(value, fresh_cache, monkeypatch):
 def test_fuel_and_a_replaced_planner_bypass_the_cache(fresh_cache, monkeypatch):
     g = softmax_then_scale(8, 32)
     full = make_plan(g, "stitch", "cpu")           # stored
-    monkeypatch.setenv("FUSIONSTITCH_FUEL", "0")
-    unfused = make_plan(g, "stitch", "cpu")
+    unfused = make_plan(g, "stitch", "cpu", fuel=0)
     assert unfused.num_kernels > full.num_kernels   # not the stored plan
-    monkeypatch.delenv("FUSIONSTITCH_FUEL")
     monkeypatch.setitem(PLANNERS, "stitch", PLANNERS["none"])
     assert make_plan(g, "stitch", "cpu").num_kernels == unfused.num_kernels
     assert counts() == (0, 1) and len(entries(fresh_cache)) == 1

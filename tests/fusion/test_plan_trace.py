@@ -120,8 +120,8 @@ def test_cost_model(monkeypatch):
     from fusionstitch.fusion import PLANNERS, stitch
     monkeypatch.delitem(PLANNERS, "xla")
     monkeypatch.setattr(stitch, "merge_kernels", lambda graph, groups, *a: groups)
-    monkeypatch.setitem(PLANNERS, "stitch", lambda graph, target: plan_stitch(
-        graph, target, score_hook=lambda g, p, d: -1.0))
+    monkeypatch.setitem(PLANNERS, "stitch", lambda graph, target, fuel=None: plan_stitch(
+        graph, target, score_hook=lambda g, p, d: -1.0, fuel=fuel))
     r = explained(lambda x: torch.exp(x) * 2, torch.randn(64, 64))
     text = r.why_not_fused("exp", "mul")
     assert "[score]" in text and "no gain" in text, text

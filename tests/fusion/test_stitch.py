@@ -2,13 +2,13 @@
 the cycle-breaking ILP loop (Figure 3), fuel, determinism and stage timings."""
 import pytest
 
-from fusionstitch.analysis.cost import device_spec
 from fusionstitch.analysis.reach import Reachability
 from fusionstitch.fusion import stitch
 from fusionstitch.fusion.legality import check_group, staged_limit
 from fusionstitch.fusion.plan import KERNEL, LIBRARY, plan_none
 from fusionstitch.fusion.stitch import ModelScore, _find_cycle, plan_stitch
 from fusionstitch.ir.text import parse
+from fusionstitch.targets import resolve
 
 TARGETS = ["cuda", "cpu"]
 
@@ -118,11 +118,6 @@ class SolveSpy:
         sol = self._solve(patterns, scores, forbidden, *args, **kwargs)
         self.calls.append(Call(list(patterns), list(scores), list(forbidden), sol.chosen))
         return sol
-
-
-@pytest.fixture(autouse=True)
-def no_fuel(monkeypatch):
-    monkeypatch.delenv("FUSIONSTITCH_FUEL", raising=False)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -248,10 +243,9 @@ def test_cycle_round_limit_still_gives_an_acyclic_plan(monkeypatch):
                        for grp in plan.groups), i
 
 
-def test_fuel_zero_gives_the_unfused_plan(monkeypatch):
+def test_fuel_zero_gives_the_unfused_plan():
     for graph in (softmax(32, 128), LAYERNORM, SPLIT_BY_MM, crossed(2)):
-        monkeypatch.setenv("FUSIONSTITCH_FUEL", "0")
-        plan = plan_stitch(graph, "cuda")
+        plan = plan_stitch(graph, "cuda", fuel=0)
         assert_sound(plan)
         none = plan_none(graph)
         assert plan.num_kernels == none.num_kernels
@@ -259,11 +253,10 @@ def test_fuel_zero_gives_the_unfused_plan(monkeypatch):
         assert multi(plan) == []
 
 
-def test_fuel_one_applies_one_fusion(monkeypatch):
+def test_fuel_one_applies_one_fusion():
     full = plan_stitch(SPLIT_BY_MM, "cuda")
     assert len(multi(full)) == 2
-    monkeypatch.setenv("FUSIONSTITCH_FUEL", "1")
-    plan = plan_stitch(SPLIT_BY_MM, "cuda")
+    plan = plan_stitch(SPLIT_BY_MM, "cuda", fuel=1)
     assert_sound(plan)
     (fused,) = multi(plan)
     assert fused.nodes in [g.nodes for g in multi(full)]
@@ -286,7 +279,7 @@ def test_ilp_gets_only_positive_scores(monkeypatch, target):
     spy = SolveSpy(monkeypatch)
     graph = crossed(2)
     plan_stitch(graph, target)
-    device = device_spec(target)
+    device = resolve(target).device_spec
     score = ModelScore(graph, device)
     assert spy.calls
     for call in spy.calls:
@@ -297,7 +290,7 @@ def test_ilp_gets_only_positive_scores(monkeypatch, target):
 
 
 def test_fused_kernels_save_time():
-    device = device_spec("cuda")
+    device = resolve("cuda").device_spec
     for graph in (softmax(32, 128), LAYERNORM, SPLIT_BY_MM):
         plan = plan_stitch(graph, "cuda")
         score = ModelScore(graph, device)

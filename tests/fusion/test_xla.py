@@ -267,12 +267,10 @@ def test_operand_limit_bounds_each_fusion():
         assert len(reads) + 1 <= MAX_OPERANDS_AND_OUTPUTS
 
 
-def test_fuel_zero_plans_unfused(monkeypatch):
+def test_fuel_zero_plans_unfused():
     g = parse(ELEMENTWISE_CHAIN)
-    monkeypatch.setenv("FUSIONSTITCH_FUEL", "0")
-    assert plan_xla(g, "cuda").num_kernels == plan_none(g).num_kernels
-    monkeypatch.setenv("FUSIONSTITCH_FUEL", "1")
-    assert plan_xla(g, "cuda").num_kernels == plan_none(g).num_kernels - 1
+    assert plan_xla(g, "cuda", fuel=0).num_kernels == plan_none(g).num_kernels
+    assert plan_xla(g, "cuda", fuel=1).num_kernels == plan_none(g).num_kernels - 1
 
 
 # --- the model zoo ------------------------------------------------------------------------

@@ -6,6 +6,7 @@ preamble `preamble.py`, vector libm `vecmath.py`); compiling, the disk cache and
 are `build.py`."""
 from __future__ import annotations
 
+from ...analysis.cost import DEVICES
 from ..base import Language, Target
 
 
@@ -22,9 +23,18 @@ class CppTarget(Target):
         from .printer import compile_cpu
         return compile_cpu(kernels)
 
+    def toolchain(self) -> list[str]:
+        from .build import compiler, toolchain
+        try:
+            version, arch = toolchain(compiler())
+            return [f"cxx {version} {arch}"]
+        except Exception as e:   # no compiler: no kernels to measure, but a stable key
+            return [f"cxx none ({type(e).__name__})"]
+
 
 # The recompute limit was measured on this target (cartpole 0.10x -> 2.1x eager,
 # softmax_chain 0.26x -> 0.76x). The C++ printer has no GEMM stages: GEMMs stay library
 # calls, so the plan the planner picks is the plan that runs.
-CPU = CppTarget("cpu", generates_kernels=True, row_buffers=True, max_recompute=3.0,
+CPU = CppTarget("cpu", cost_device=DEVICES["ci-epyc-2core"], device_type="cpu", auto=True,
+                tunable=True, generates_kernels=True, row_buffers=True, max_recompute=3.0,
                 language=Language("C++", "cpp", "//"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...analysis.cost import DEVICES
 from ..base import Language, Target
 
 
@@ -23,10 +24,26 @@ class TritonTarget(Target):
         from .printer import TritonKernel
         return [TritonKernel(k, interpret=self.interpret) for k in kernels]
 
+    def toolchain(self) -> list[str]:
+        try:
+            import triton
+            parts = [f"triton {triton.__version__}"]
+        except ImportError:
+            parts = ["triton none"]
+        if self.device_type == "cuda":
+            import torch
+            if torch.cuda.is_available():
+                parts.append(f"gpu {torch.cuda.get_device_name()}")
+        return parts
+
 
 _TRITON = Language("Triton", "py", "#")
 # GEMMs fuse through the printer's dot stages (tl.dot); GPUs have arithmetic to spare,
-# so no recompute limit (not measured yet). The interpreter runs the GPU plan.
-CUDA = TritonTarget("cuda", generates_kernels=True, gemm_fusing=True, language=_TRITON)
-INTERPRET = TritonTarget("interpret", device="cuda", generates_kernels=True,
-                         gemm_fusing=True, language=_TRITON, interpret=True)
+# so no recompute limit (not measured yet). The interpreter runs the GPU plan (its cost
+# model) on CPU tensors; its times say nothing of a GPU (not tunable).
+CUDA = TritonTarget("cuda", cost_device=DEVICES["h100-sxm"], device_type="cuda", auto=True,
+                    host_twin="interpret", supports_cuda_graphs=True, tunable=True,
+                    generates_kernels=True, gemm_fusing=True, language=_TRITON)
+INTERPRET = TritonTarget("interpret", cost_device=DEVICES["h100-sxm"], device_type="cpu",
+                         generates_kernels=True, gemm_fusing=True, language=_TRITON,
+                         interpret=True)
