@@ -16,7 +16,7 @@ from ..codegen.lower import Unsupported, lower_group
 from ..config import elide_half_casts
 from ..runtime.cache import register_memory_cache
 from ..targets import resolve
-from .plan import KERNEL, LIBRARY, FusionPlan, Group, node_kind
+from .plan import KERNEL, LIBRARY, FusionPlan, Group, node_kind, schedule_of
 
 log = logging.getLogger("fusionstitch.codegen")
 
@@ -67,8 +67,12 @@ def legalize(plan: FusionPlan, target) -> FusionPlan:
     out: list[Group] = []
     changed = False
 
-    def add(nodes, kind, comp):
-        out.append(Group(len(out), tuple(nodes), kind, comp))
+    def add(nodes, kind, comp, schedule=None):
+        # a kernel group keeps the schedule its plan decided; one of a split (or of a
+        # plan made by hand) gets its own (fusion/plan.py)
+        if kind == KERNEL and schedule is None:
+            schedule = schedule_of(graph, nodes)
+        out.append(Group(len(out), tuple(nodes), kind, comp, schedule))
 
     for g in plan.groups:
         if g.kind != KERNEL:
@@ -76,7 +80,8 @@ def legalize(plan: FusionPlan, target) -> FusionPlan:
             continue
         try:
             _lower(graph, g.nodes, target)   # group nodes are in graph order, as everywhere
-            add(g.nodes, g.kind, g.composition)
+            add(g.nodes, g.kind, g.composition, g.schedule)
+            changed = changed or g.schedule is None
             continue
         except Unsupported as e:
             changed = True
