@@ -67,21 +67,22 @@ def legalize(plan: FusionPlan, target) -> FusionPlan:
     out: list[Group] = []
     changed = False
 
-    def add(nodes, kind, comp, schedule=None):
+    def add(nodes, kind, comp):
         # a kernel group keeps the schedule its plan decided; one of a split (or of a
         # plan made by hand) gets its own (fusion/plan.py)
+        schedule = carried.get(tuple(nodes)) if kind == KERNEL else None
         if kind == KERNEL and schedule is None:
             schedule = schedule_of(graph, nodes)
         out.append(Group(len(out), tuple(nodes), kind, comp, schedule))
 
+    carried = {g.nodes: g.schedule for g in plan.groups if g.kind == KERNEL}
     for g in plan.groups:
         if g.kind != KERNEL:
             add(g.nodes, g.kind, g.composition)
             continue
         try:
             _lower(graph, g.nodes, target)   # group nodes are in graph order, as everywhere
-            add(g.nodes, g.kind, g.composition, g.schedule)
-            changed = changed or g.schedule is None
+            add(g.nodes, g.kind, g.composition)
             continue
         except Unsupported as e:
             changed = True
@@ -108,7 +109,7 @@ def legalize(plan: FusionPlan, target) -> FusionPlan:
                     trace.record("legalize", (n,), f"%{n} ({graph[n].op}) runs through torch: "
                                  f"the {target} code generator cannot generate it: {reason}")
             add((n,), kind, "single")
-    if not changed:
+    if not changed and all(a.schedule is b.schedule for a, b in zip(out, plan.groups)):
         return plan
     from dataclasses import replace
     return replace(plan, groups=tuple(out))
