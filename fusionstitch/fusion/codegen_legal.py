@@ -16,7 +16,7 @@ from ..codegen.lower import Unsupported, lower_group
 from ..config import elide_half_casts
 from ..runtime.cache import register_memory_cache
 from ..targets import resolve
-from .plan import KERNEL, LIBRARY, FusionPlan, Group, node_kind, schedule_of
+from .plan import KERNEL, LIBRARY, FusionPlan, Group, node_kind
 
 log = logging.getLogger("fusionstitch.codegen")
 
@@ -70,6 +70,7 @@ def legalize(plan: FusionPlan, target) -> FusionPlan:
     def add(nodes, kind, comp):
         # a kernel group keeps the schedule its plan decided; one of a split (or of a
         # plan made by hand) gets its own (fusion/plan.py)
+        from .plan import schedule_of
         schedule = carried.get(tuple(nodes)) if kind == KERNEL else None
         if kind == KERNEL and schedule is None:
             schedule = schedule_of(graph, nodes)
