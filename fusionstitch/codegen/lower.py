@@ -15,6 +15,11 @@ loops. A reduction's result may only be read at its own row (index x); a group
 that would read it elsewhere is not generated (`Unsupported`), and the planner
 leaves it split.
 
+Lowering decides no schedule: a plan's group comes with the one its plan decided
+(`Schedule`, schedule/propagate.py; fusion/lowered.py passes it), and only a group
+without a plan (a candidate the planner tries) is scheduled here, by the planner's own
+function (`group_schedule`).
+
 A component around small GEMMs (a "batch" space) is lowered by `codegen/batch.py`
 into stages run by one program per batch entry (block composition); values one
 stage produces for later ones go through scratch buffers (`Lowerer.staged`).
@@ -26,9 +31,9 @@ from dataclasses import dataclass, field, replace
 
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Ref, TensorType, TupleType
 from ..ir.ops import TWO_PASS_REDUCTIONS
-from ..ir.symbolic import FloatDim, is_symbolic, make, recording
-from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, component_space,
-                                  components, escaping_values)
+from ..ir.symbolic import FloatDim, is_symbolic, make, recording, replay
+from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, Schedule, escaping_values,
+                                  group_schedule)
 from ..schedule.propagate import type_numel as _numel
 from . import expr as E
 from .kernel import (DTYPES, Buffer, Component, Constant, Index, Kernel, Load, Loop, Op,
@@ -554,36 +559,48 @@ GENERATED_DTYPES = frozenset({"f64", "f32", "f16", "bf16", "i64", "i32", "i16", 
                               "b8"})
 
 
-def lower_group(graph: Graph, names, kernel_name: str) -> Kernel:
+def lower_group(graph: Graph, names, kernel_name: str,
+                schedule: Schedule | None = None) -> Kernel:
     """The Kernel of one group; raises Unsupported with the reason. The size comparisons
-    of a graph of symbolic sizes it made are the kernel's `guards` (ir/symbolic.py)."""
+    of a graph of symbolic sizes it made are the kernel's `guards` (ir/symbolic.py).
+
+    `schedule`: the group's schedule as its plan decided it (`Group.schedule`), whose
+    guards become the kernel's too; None (a group without a plan: a planning candidate,
+    a test) decides it here with `group_schedule`, the function plans use."""
     with recording() as guards:
-        k = _lower_group(graph, names, kernel_name)
+        k = _lower_group(graph, names, kernel_name, schedule)
     return replace(k, guards=frozenset(guards)) if guards else k
 
 
-def _lower_group(graph: Graph, names, kernel_name: str) -> Kernel:
+def _lower_group(graph: Graph, names, kernel_name: str, schedule: Schedule | None) -> Kernel:
     names = list(names)
     _check_dtypes(graph, names)
+    if schedule is None:
+        try:
+            schedule = group_schedule(graph, names)
+        except Inconsistent as e:
+            raise Unsupported(str(e)) from None
+    else:
+        if sorted(n for c in schedule.components for n in c) != sorted(names):
+            raise ValueError(f"the schedule given for group {names} is another group's: its "
+                             f"components are {schedule.components}")
+        replay(schedule.guards)
     L = Lowerer(graph, names, kernel_name)
     comps = []
-    try:
-        for comp in components(graph, names):
-            space = component_space(graph, comp, L.escaping, staged=True)
-            L.canonical = None
-            if space.kind == "flat":
-                comps.append(_lower_flat(L, comp, space.numel))
-            elif space.kind in ("row", "column", "general"):
-                from .lowerings import reduction_layout
-                L.canonical = reduction_layout(L, comp)
-                comps.append(_lower_reduce(L, comp, space))
-            elif space.kind == "batch":
-                from .batch import lower_batch
-                comps.append(lower_batch(L, comp, space))
-            else:
-                raise Unsupported(f"no code generator for {space.kind} schedules")
-    except Inconsistent as e:
-        raise Unsupported(str(e)) from None
+    for comp, space in zip(schedule.components, schedule.spaces):
+        comp = list(comp)
+        L.canonical = None
+        if space.kind == "flat":
+            comps.append(_lower_flat(L, comp, space.numel))
+        elif space.kind in ("row", "column", "general"):
+            from .lowerings import reduction_layout
+            L.canonical = reduction_layout(L, comp)
+            comps.append(_lower_reduce(L, comp, space))
+        elif space.kind == "batch":
+            from .batch import lower_batch
+            comps.append(lower_batch(L, comp, space))
+        else:
+            raise Unsupported(f"no code generator for {space.kind} schedules")
     if not L.outputs:
         raise Unsupported("the group produces no value")
     buffers = tuple(L.inputs.values()) + tuple(L.outputs) + tuple(L.scratch)

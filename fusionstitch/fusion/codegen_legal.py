@@ -75,8 +75,15 @@ def legalize(plan: FusionPlan, target) -> FusionPlan:
     memo = StructuralMemo(graph)
 
     def add(nodes, kind, comp):
-        out.append(Group(len(out), tuple(nodes), kind, comp))
+        # a kernel group keeps the schedule its plan decided; one of a split (or of a
+        # plan made by hand) gets its own (fusion/plan.py)
+        from .plan import schedule_of
+        schedule = carried.get(tuple(nodes)) if kind == KERNEL else None
+        if kind == KERNEL and schedule is None:
+            schedule = schedule_of(graph, nodes)
+        out.append(Group(len(out), tuple(nodes), kind, comp, schedule))
 
+    carried = {g.nodes: g.schedule for g in plan.groups if g.kind == KERNEL}
     for g in plan.groups:
         if g.kind != KERNEL:
             add(g.nodes, g.kind, g.composition)
@@ -110,7 +117,7 @@ def legalize(plan: FusionPlan, target) -> FusionPlan:
                     trace.record("legalize", (n,), f"%{n} ({graph[n].op}) runs through torch: "
                                  f"the {target} code generator cannot generate it: {reason}")
             add((n,), kind, "single")
-    if not changed:
+    if not changed and all(a.schedule is b.schedule for a, b in zip(out, plan.groups)):
         return plan
     from dataclasses import replace
     return replace(plan, groups=tuple(out))

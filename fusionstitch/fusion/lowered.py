@@ -2,12 +2,15 @@
 
 The driver's `lower` stage (fusionstitch/compile.py) makes one, and it flows on as a
 value: the runtime builds its kernels from it (runtime/program.py) and the report shows
-their sources. Nothing downstream lowers a group again or looks one up in a memo.
+their sources. Nothing downstream lowers a group again or looks one up in a memo. Each
+group is lowered in the schedule its plan carries (`Group.schedule`): the planner decided
+it, lowering does not decide it again.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..codegen.lower import Unsupported
 from ..targets import Target, resolve
 from .plan import KERNEL, FusionPlan
 
@@ -29,11 +32,20 @@ class LoweredPlan:
 
 
 def lower_plan(plan: FusionPlan, target: str | Target) -> LoweredPlan:
-    """Lower every kernel group of `plan` for `target`; raises codegen's Unsupported for a
-    group that does not lower (code-generation legality left none such)."""
+    """Lower every kernel group of `plan` for `target`, each in the schedule the plan
+    decided for it (`Group.schedule`: lowering decides none of its own); raises codegen's
+    Unsupported for a group that does not lower (code-generation legality left none
+    such), and for a kernel group without a schedule (none covers it)."""
     target = resolve(target)
     if not target.generates_kernels:
         return LoweredPlan(plan, target)
     graph = plan.graph
-    return LoweredPlan(plan, target, {g.id: target.lower(graph, g.nodes)
-                                      for g in plan.groups if g.kind == KERNEL})
+    kernels = {}
+    for g in plan.groups:
+        if g.kind != KERNEL:
+            continue
+        if g.schedule is None:
+            raise Unsupported(f"kernel group #{g.id} ({len(g.nodes)} ops) has no schedule: "
+                              f"no one schedule covers its ops")
+        kernels[g.id] = target.lower(graph, g.nodes, g.schedule)
+    return LoweredPlan(plan, target, kernels)

@@ -5,6 +5,11 @@ A group's kind says how it runs:
 - `library`: one call into torch / a vendor library (GEMM, convolution, fallbacks);
 - `free`: views and tuple accesses that move no data (no launch).
 Parameters and constants belong to no group: they are inputs of the plan.
+
+A kernel group carries its schedule (`Group.schedule`, schedule/propagate.py): the plan's
+maker decides it once, for the plan's final groups (`plan_none`, `plan_from_groups`,
+code-generation legality's splits, a plan from the plan cache), and lowering reads it
+(fusion/lowered.py) instead of deciding again.
 """
 from __future__ import annotations
 
@@ -12,10 +17,10 @@ from dataclasses import dataclass, field
 
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Node
 from ..ir.ops import FREE, FUSIBLE_DOTS, KERNEL, LIBRARY, LOGICAL_RESHAPES, Category, lookup
+from ..schedule.propagate import Inconsistent, Schedule, group_schedule
 
 __all__ = ["KERNEL", "LIBRARY", "FREE", "FusionPlan", "Group", "node_kind", "plan_none",
-           "plan_from_groups"]
-
+           "plan_from_groups", "schedule_of"]
 
 
 def node_kind(node: Node) -> str:
@@ -32,14 +37,29 @@ def is_input(node: Node) -> bool:
     return node.op in (PARAMETER, CONSTANT)
 
 
+def schedule_of(graph: Graph, names) -> Schedule | None:
+    """The schedule of kernel group `names` (`group_schedule`: the function lowering uses
+    for a group without a plan), or None when no schedule covers it (lowering refuses
+    such a group)."""
+    try:
+        return group_schedule(graph, names)
+    except Inconsistent:
+        return None
+
+
 @dataclass(frozen=True)
 class Group:
-    """Nodes (in graph order) that run together; `composition` is set by planners."""
+    """Nodes (in graph order) that run together; `composition` is set by planners.
+
+    `schedule`: a kernel group's schedule as the plan decided it (`schedule_of`), which
+    lowering reads; None for library and free groups and for a kernel group that no
+    schedule covers."""
 
     id: int
     nodes: tuple[str, ...]
     kind: str
     composition: str = "single"
+    schedule: Schedule | None = None
 
 
 @dataclass(frozen=True)
@@ -72,16 +92,12 @@ class FusionPlan:
 
     def to_text(self) -> str:
         """Deterministic, readable text of the plan (dumps, golden tests)."""
-        from ..schedule.propagate import Inconsistent, group_spaces
         lines = [f"plan {self.strategy} for {self.graph.name}: {self.num_kernels} kernels, "
                  f"{self.num_library_calls} library calls"]
         for g in self.groups:
             space = ""
-            if g.kind == KERNEL:
-                try:
-                    space = " " + ",".join(str(s) for s in group_spaces(self.graph, g.nodes, staged=True))
-                except Inconsistent:
-                    space = " ?"
+            if g.kind == KERNEL:   # the schedule the group carries ("?": none)
+                space = f" {g.schedule}" if g.schedule is not None else " ?"
             ops = " ".join(f"%{n}={self.graph[n].op}" for n in g.nodes)
             lines.append(f"  #{g.id} {g.kind}/{g.composition}{space}: {ops}")
         return "\n".join(lines) + "\n"
@@ -118,7 +134,9 @@ def plan_none(graph: Graph) -> FusionPlan:
     groups = []
     for node in graph.nodes:
         if not is_input(node):
-            groups.append(Group(len(groups), (node.name,), node_kind(node)))
+            kind = node_kind(node)
+            schedule = schedule_of(graph, (node.name,)) if kind == KERNEL else None
+            groups.append(Group(len(groups), (node.name,), kind, schedule=schedule))
     return FusionPlan(graph, tuple(groups), "none")
 
 
@@ -223,8 +241,10 @@ def plan_from_groups(graph: Graph, groups, strategy: str, compose=None,
     """A FusionPlan from disjoint node sets; uncovered ops become singleton groups.
 
     Groups are put in dependency order (ties broken by their first node's
-    position, so plans are deterministic). `compose(graph, names)` labels
-    multi-op kernel groups (default: "fused"). Raises ValueError on a cycle.
+    position, so plans are deterministic). Every kernel group gets its schedule
+    (`schedule_of`), and `compose(graph, names, schedule)` labels the multi-op ones from it
+    (schedule/compose.py's `composition`; default: "fused"). Raises ValueError on a
+    cycle.
     Views a group would store next to their source are taken after it instead
     (`detach_views`), recorded in `trace` (a PlanTrace) when given.
     """
@@ -269,8 +289,10 @@ def plan_from_groups(graph: Graph, groups, strategy: str, compose=None,
             kind = FREE
         else:
             kind = KERNEL
-        comp = "single"
-        if kind == KERNEL and len(names) > 1:
-            comp = compose(graph, names) if compose else "fused"
-        out.append(Group(len(out), names, kind, comp))
+        comp, schedule = "single", None
+        if kind == KERNEL:
+            schedule = schedule_of(graph, names)
+            if len(names) > 1:
+                comp = compose(graph, names, schedule) if compose else "fused"
+        out.append(Group(len(out), names, kind, comp, schedule))
     return FusionPlan(graph, tuple(out), strategy, trace=trace)

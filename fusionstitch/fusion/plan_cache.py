@@ -23,7 +23,12 @@ Planning that reads anything else does not use the cache: a fuel limit
 caller of this cache, passes none).
 
 The value is the plan's groups (node names, kind, composition) and the stages of
-the planning run that made it (kept for reading, not reported again). Files are
+the planning run that made it (kept for reading, not reported again). A kernel group's
+schedule (`Group.schedule`) is not stored: a loaded plan's groups are scheduled again by
+the planner's function (`plan.schedule_of`), which gives what the planning run decided
+(the key holds the graph and the code). Stored, a schedule would carry symbolic size
+expressions and guards (ir/symbolic.py) through JSON for no gain; once schedules are
+choices no function of the group gives, they must be stored (bump FORMAT then). Files are
 `cache_dir("plans")/<key>.json`, written to a temporary file and renamed into
 place (as the kernel caches do). An entry that does not load, does not match its
 key or its checksum (of every field), or does not give a valid plan for the graph is
@@ -45,7 +50,7 @@ from ..ir.graph import Graph
 from ..ir.text import print_graph
 from ..runtime import counters
 from ..runtime.cache import cache_dir, digest, register_memory_cache, write_atomic
-from .plan import FREE, KERNEL, LIBRARY, FusionPlan, Group, is_input, node_kind
+from .plan import FREE, KERNEL, LIBRARY, FusionPlan, Group, is_input, node_kind, schedule_of
 
 log = logging.getLogger("fusionstitch.fusion")
 
@@ -170,7 +175,12 @@ def _rebuild(graph: Graph, strategy: str, groups: tuple) -> FusionPlan:
             ok = kind == (FREE if kinds == {FREE} else KERNEL)
         if not ok:
             raise ValueError(f"group {i} cannot be a {kind!r} group")
-        out.append(Group(i, tuple(nodes), kind, comp))
+        schedule = None
+        if kind == KERNEL:
+            schedule = schedule_of(graph, tuple(nodes))
+            if schedule is None:    # a plan's kernel groups all lower, hence have one
+                raise ValueError(f"group {i}: no schedule covers the kernel group")
+        out.append(Group(i, tuple(nodes), kind, comp, schedule))
     plan = FusionPlan(graph, tuple(out), strategy)
     plan.validate()
     return plan

@@ -144,7 +144,7 @@ def _template(g: GraphReport, group, target: str) -> str:
     k = g.kernel(group.id, target)
     if k is None:
         try:
-            k = t.lower(g.plan.graph, group.nodes)
+            k = t.lower(g.plan.graph, group.nodes, group.schedule)
         except Unsupported:
             return ""
     return " " + template(k, t.persistent_rule())

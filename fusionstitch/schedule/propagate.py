@@ -24,6 +24,11 @@ per-element (numel B*R) or per-block (numel B) in that space; in a flat space
 every member has the group's largest numel or is a scalar. A group whose ops
 fall into several independent components is checked per component (kernel
 packing runs each component in its own block range).
+
+A group's schedule (`Schedule`, made by `group_schedule`) is decided once, by the
+planner that makes the group: the plan carries it (fusion/plan.py's `Group.schedule`)
+and lowering reads it from there (codegen/lower.py's `lower_group`); only a candidate
+group, which has no plan yet, is scheduled by lowering itself, with the same function.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 from ..ir.graph import Graph, Node, TensorType, TupleType
 # the op kinds are flags of the op table (ir/ops.py); these names are its views
 from ..ir.ops import FULL_REDUCTIONS, FUSIBLE_DOTS, SIMPLE_REDUCTIONS, Category, lookup
+from ..ir.symbolic import recording
 
 
 @dataclass(frozen=True)
@@ -295,3 +301,34 @@ def group_spaces(graph: Graph, names, staged: bool = False) -> list[Space]:
     `staged` allows single-program staged components (`component_space`)."""
     escaping = escaping_values(graph, names)
     return [component_space(graph, c, escaping, staged) for c in components(graph, names)]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How one kernel group runs: its components (node names in graph order; kernel
+    packing gives each its own block range) and the space each runs in, with staged
+    single-program components allowed (as every kernel group is lowered).
+
+    `guards`: the size relations (ir/symbolic.py) the decision relied on in a graph of
+    symbolic sizes: a plan decides under `suspended` (no guard), so the schedule keeps
+    its own, and lowering records them as its kernel's guards, as it would had it
+    decided itself."""
+
+    components: tuple[tuple[str, ...], ...]
+    spaces: tuple[Space, ...]
+    guards: frozenset = frozenset()
+
+    def __str__(self) -> str:
+        return ",".join(str(s) for s in self.spaces)
+
+
+def group_schedule(graph: Graph, names) -> Schedule:
+    """The schedule of group `names`, or raise Inconsistent: the one function that
+    decides it (the planners when they make a plan's groups, lowering for a candidate
+    group). Sizes stay symbolic and comparisons are recorded even while planning is
+    `suspended` (`recording` inside it), so the spaces are those lowering would find."""
+    with recording() as guards:
+        escaping = escaping_values(graph, names)
+        comps = components(graph, names)
+        spaces = tuple(component_space(graph, c, escaping, staged=True) for c in comps)
+    return Schedule(tuple(tuple(c) for c in comps), spaces, frozenset(guards))

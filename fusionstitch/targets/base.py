@@ -107,10 +107,12 @@ class Target:
             return str(e)
         return ""
 
-    def lower(self, graph, nodes):
-        """The kernel IR of one group (raises codegen's Unsupported): target-neutral."""
+    def lower(self, graph, nodes, schedule=None):
+        """The kernel IR of one group (raises codegen's Unsupported): target-neutral.
+        `schedule`: the group's schedule as its plan carries it (`Group.schedule`); None
+        for a group without a plan (codegen's `lower_group` decides it)."""
         from ..codegen import lower
-        return lower.lower_group(graph, tuple(nodes), "kernel")
+        return lower.lower_group(graph, tuple(nodes), "kernel", schedule)
 
     def reused_values(self, component) -> list[frozenset[str]] | None:
         """Per loop of a reduce component, the variables this target's printer does not

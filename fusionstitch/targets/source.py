@@ -64,7 +64,9 @@ def kernel_source(plan, group, target: str | Target, kernel=None) -> KernelSourc
     language, ext, comment = target.language.name, target.language.ext, \
         target.language.comment
     try:
-        k = kernel if kernel is not None else target.lower(plan.graph, group.nodes)
+        # (lowered in the schedule the plan decided for the group)
+        k = kernel if kernel is not None else \
+            target.lower(plan.graph, group.nodes, group.schedule)
         source = target.render(k)
     except Exception as e:  # noqa: BLE001 - a report shows the failure, it does not stop
         from .. import config

@@ -144,6 +144,42 @@ def test_an_entry_of_the_wrong_types_is_not_trusted(fresh_cache):
     assert counts() == (0, 2)
 
 
+def test_a_loaded_plan_carries_the_schedules_planning_decided(fresh_cache):
+    """The entry stores no schedule: loading gives each kernel group the one planning
+    decided (the planner's function, `plan.schedule_of`), which lowering then reads."""
+    first = make_plan(softmax_then_scale(8, 32, "forward_0"), "stitch", "cpu")
+    clear_memory_caches()   # from disk
+    again = make_plan(softmax_then_scale(8, 32, "forward_3"), "stitch", "cpu")
+    assert counts() == (1, 1)
+    assert [g.schedule for g in again.groups] == [g.schedule for g in first.groups]
+    assert all((g.schedule is not None) == (g.kind == "kernel") for g in again.groups)
+
+
+def test_an_entry_whose_kernel_group_has_no_schedule_is_not_trusted(fresh_cache):
+    """A kernel group no schedule covers (rows and columns of one value summed, too large
+    to run in stages) cannot be lowered: such an entry is a miss, and planning again
+    splits the group."""
+    g = parse("""graph g(%x: f32[512,256]) {
+  %e: f32[512,256] = exp.default(%x)
+  %r: f32[512] = sum.dim_IntList(%e, [1])
+  %c: f32[256] = sum.dim_IntList(%e, [0])
+  return (%r, %c)
+}""")
+    make_plan(g, "stitch", "cpu")
+    (name,) = entries(fresh_cache)
+    path = fresh_cache / "plans" / name
+    entry = json.loads(path.read_text())
+    entry["groups"] = [[["e", "r", "c"], "kernel", "block"]]
+    entry["checksum"] = plan_cache._checksum(entry)
+    path.write_text(json.dumps(entry))
+    clear_memory_caches()
+    fusionstitch.reset_stats()
+    plan = make_plan(g, "stitch", "cpu")
+    assert counts() == (0, 1)
+    assert ("e", "r", "c") not in [grp.nodes for grp in plan.groups]
+    assert all(grp.schedule is not None for grp in plan.groups if grp.kind == "kernel")
+
+
 def test_a_cache_folder_that_cannot_be_made_only_costs_the_cache(tmp_path, monkeypatch):
     blocker = tmp_path / "a-file"
     blocker.write_text("")

@@ -137,7 +137,7 @@ def test_a_group_that_does_not_lower_shows_the_reason(monkeypatch):
     from fusionstitch.codegen import lower
     monkeypatch.delenv("FUSIONSTITCH_STRICT", raising=False)
 
-    def refuse(graph, names, kernel_name):
+    def refuse(graph, names, kernel_name, schedule=None):
         raise lower.Unsupported("no rule lowers <this> group")
     monkeypatch.setattr(lower, "lower_group", refuse)
     rep = _small_report()
