@@ -237,7 +237,7 @@ def detach_views(graph: Graph, names) -> frozenset:
 
 
 def plan_from_groups(graph: Graph, groups, strategy: str, compose=None,
-                     trace=None) -> FusionPlan:
+                     trace=None, scheduled: bool = True) -> FusionPlan:
     """A FusionPlan from disjoint node sets; uncovered ops become singleton groups.
 
     Groups are put in dependency order (ties broken by their first node's
@@ -246,7 +246,10 @@ def plan_from_groups(graph: Graph, groups, strategy: str, compose=None,
     (schedule/compose.py's `composition`; default: "fused"). Raises ValueError on a
     cycle.
     Views a group would store next to their source are taken after it instead
-    (`detach_views`), recorded in `trace` (a PlanTrace) when given.
+    (`detach_views`), recorded in `trace` (a PlanTrace) when given. `scheduled=False`:
+    no schedules and no labels, for a plan whose groups only are read (the stitch
+    planner's xla baseline); such a plan is never lowered (lowering refuses a kernel
+    group without a schedule).
     """
     kept = [detach_views(graph, g) for g in groups]
     if trace is not None:
@@ -290,7 +293,7 @@ def plan_from_groups(graph: Graph, groups, strategy: str, compose=None,
         else:
             kind = KERNEL
         comp, schedule = "single", None
-        if kind == KERNEL:
+        if kind == KERNEL and scheduled:
             schedule = schedule_of(graph, names)
             if len(names) > 1:
                 comp = compose(graph, names, schedule) if compose else "fused"

@@ -76,9 +76,9 @@ HORIZONTAL_MAX_PARAMS = 4000 // 8
 def plan_xla(graph: Graph, target, traced: bool = True,
              fuel: int | None = None) -> FusionPlan:
     """Plan `graph` with XLA's GPU fusion passes (whose limits do not depend on `target`,
-    a Target or its name). `traced=False`: no plan trace and no composition labels
-    (kernel groups say "fused"): the stitch planner's baseline reads only the groups, and
-    tracing every declined pair costs seconds on long graphs. `fuel`: at most this many
+    a Target or its name). `traced=False`: no plan trace, no schedules and no
+    composition labels: the stitch planner's baseline reads only the groups, and tracing
+    every declined pair costs seconds on long graphs. `fuel`: at most this many
     fusions (None: no limit)."""
     from .trace import PlanTrace
     part = Partition(graph, fuel=fuel,
@@ -88,7 +88,7 @@ def plan_xla(graph: Graph, target, traced: bool = True,
     multi_output_fusion(part)  # siblings share input reads; producers fold into a consumer
     horizontal_fusion(part)    # small independent kernels share one launch
     return plan_from_groups(graph, part.groups(), "xla", trace=part.trace,
-                            compose=composition if traced else None)
+                            compose=composition, scheduled=traced)
 
 
 def _numel(t: TensorType | TupleType) -> int:
