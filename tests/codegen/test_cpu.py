@@ -604,6 +604,47 @@ def test_column_order_two_levels(cols):
         assert mx[3].isnan() and not mx[4].isnan()
 
 
+@pytest.mark.parametrize("rows,cols", [(37, 12), (40, 16), (5, 7), (3, 40), (16, 12),
+                                       (0, 12)])
+def test_short_rows_version_and_the_general_one(rows, cols):
+    """A kernel lowered for contiguous rows of 12 (TINY_R < 12 <= SHORT_ROW): its
+    `rnumel == 12` version runs blocks of rows with SIMD along r; launched with other
+    lengths it takes the general version, with other strides the strided one. Sum, NaN-
+    propagating max, a centred sum of squares (the second loop reads the first's
+    results), a per-element store (the third); a NaN in one row stays in that row."""
+    kb = KB()
+    m, n = kb.sym("m", 37), kb.sym("n", 12)
+    ina, (s0, s1) = kb.input(torch.randn(37, 12))
+    o_y, o_ss, o_mx = kb.output((37, 12), "f32"), kb.output((37,), "f32"), \
+        kb.output((37,), "f32")
+    k = kb.kernel("shortrows", reduce(m, n, [
+        [Load("v", ina, X * s0 + R * s1, None, "f32"), Reduce("s", "sum", "v", "f32"),
+         Reduce("mx", "max", "v", "f32")],
+        [Load("w", ina, X * s0 + R * s1, None, "f32"), Index("cnt", n),
+         Op("cf", "cast", ("cnt",), "f32"), Op("mean", "truediv", ("s", "cf"), "f32"),
+         Op("d", "sub", ("w", "mean"), "f32"), Op("q", "mul", ("d", "d"), "f32"),
+         Reduce("ss", "sum", "q", "f32")],
+        [Load("u", ina, X * s0 + R * s1, None, "f32"), Op("y", "sub", ("u", "mx"), "f32"),
+         Store(o_y, X * n + R, "y", None)]],
+        [Store(o_ss, X, "ss", None), Store(o_mx, X, "mx", None)]))
+    src = cpu.cpp_source(k)
+    assert "if (rnumel == 12) {" in src and "SIMD along r" in src
+    run = compile_one(k)
+    a = torch.randn(rows, cols)
+    if rows > 3:
+        a[2, cols // 2] = float("nan")
+    for t in (a, a.t().contiguous().t()):
+        y, ss, mx = launch(run, kb, [t], [torch.empty(rows, cols), torch.empty(rows),
+                                          torch.empty(rows)], [rows, cols, *t.stride()])
+        want_mx = a.amax(1) if rows else torch.empty(0)
+        torch.testing.assert_close(mx, want_mx, equal_nan=True)
+        torch.testing.assert_close(ss, ((a - a.mean(1, keepdim=True)) ** 2).sum(1),
+                                   rtol=1e-4, atol=1e-4, equal_nan=True)
+        torch.testing.assert_close(y, a - want_mx[:, None], equal_nan=True)
+        if rows > 3:
+            assert mx[2].isnan() and not mx[3].isnan()
+
+
 def test_one_row_reduction_runs_the_loops_over_r_in_parallel():
     """sum and max of everything, then each element minus the mean (xnumel == 1)."""
     a = torch.randn(100_000)

@@ -199,6 +199,30 @@ def test_statistics_of_rows_with_a_large_mean(target, mean, std):
            "var_mean channels")
 
 
+@pytest.mark.parametrize("layout", ["rows", "rows of 16", "rows of 12", "rows of 4",
+                                    "columns", "columns of 16"])
+def test_variance_of_a_large_mean_and_a_small_spread_on_every_cpu_order(layout):
+    """Mean 1e4, std 1e-2 (|mean| / std = 1e6) on every loop order of the cpu target:
+    the row order (rows of 4096), blocks of rows with SIMD along r (16, 12: 8 + 4 lanes),
+    r unrolled inside the lanes (4), the column order with its float partial blocks (4096
+    and 16 rows). The one-pass formula (sum(x^2) - sum(x)^2 / n) / (n - 1) in float32
+    loses every digit of such a variance (checked on the data first: the test can tell);
+    the shifted two-pass variance stays within the float64 bound, as does the mean."""
+    gen = torch.Generator().manual_seed(3)
+    shape, dim = {"rows": ((8, 4096), -1), "rows of 16": ((64, 4, 16), -1),
+                  "rows of 12": ((37, 5, 12), -1), "rows of 4": ((64, 4, 4), -1),
+                  "columns": ((4096, 8), 0), "columns of 16": ((16, 4, 64), 0)}[layout]
+    x = torch.randn(*shape, generator=gen) * 1e-2 + 1e4
+    n = x.shape[dim]
+    naive = ((x * x).sum(dim) - x.sum(dim) ** 2 / n) / (n - 1)
+    exact = x.double().var(dim)
+    assert ((naive.double() - exact).abs() > 0.5 * exact).any(), "the data does not tell"
+    _check(lambda t: torch.var_mean(t, dim, correction=1), (x,), "cpu", f"var_mean {layout}")
+    torch._dynamo.reset()
+    _check(lambda t: (t - t.mean(dim, keepdim=True)) * torch.rsqrt(
+        t.var(dim, keepdim=True, correction=0) + 1e-12), (x,), "cpu", f"normalised {layout}")
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_long_sums_with_a_large_mean(target):
     """Row, column, batch-norm-shaped and whole-tensor sums and means of up to

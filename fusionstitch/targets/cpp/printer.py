@@ -147,7 +147,7 @@ from ...codegen.kernel import (
 # the flat loops' thresholds, named here too (cpu.ROW_BLOCK)
 from .flat import (COSTLY_OPS, MIN_COSTLY_ROW, MIN_ROW, PARALLEL_GRAIN,  # noqa: F401
                        ROW_BLOCK, FlatLoops)
-from .reduce import ReduceLoops
+from .reduce import COLUMN_BLOCK, ReduceLoops
 from .rowbuf import RowPlan
 
 
@@ -301,6 +301,8 @@ class _Printer(FlatLoops, ReduceLoops):
         self.rowplan = RowPlan()                # row buffers of the reduce component printed
         self.parallel_r = False                 # printing the loops of a one-row component
         self.r_inside = False                   # columns: the loop over r inside the lanes'
+        self.r_simd = False                     # ... and run as SIMD lanes along r (rows)
+        self.block = COLUMN_BLOCK               # columns: lanes (x) of a block
         # inside `hoisting`: the index terms computed once before the loop (text -> name)
         # and the variables they may read
         self.hoisted: dict[str, str] | None = None

@@ -13,7 +13,11 @@ epilogue. Three loop orders, chosen per component:
   along r: bias gradients, layer-norm weight gradients, column sums): blocks of
   COLUMN_BLOCK consecutive x are the parallel loop, r runs outside and the x of a
   block inside (one SIMD lane per column), so every load reads consecutive memory;
-  accumulators and results are arrays over the block.
+  accumulators and results are arrays over the block; float sums add blocks of
+  COLUMN_SUM_BLOCK rows in float, then in double. The same blocks serve short rows (at
+  most SHORT_ROW, contiguous or not): rows of at most TINY_R unroll r inside each lane,
+  contiguous rows up to SHORT_ROW run blocks of ROWS_BLOCK rows with each row's r as
+  the SIMD lanes (`r_simd`).
 """
 from __future__ import annotations
 
@@ -62,6 +66,21 @@ SHORT_ROW = 16
 TINY_R = 8
 # row-order reductions over rows expected at most this long get a version for that length
 SMALL_R = 64
+# Contiguous rows expected longer than TINY_R and at most SHORT_ROW get a version in
+# blocks of ROWS_BLOCK rows whose loops over r run inside each row, as SIMD lanes along
+# the row (`r_simd`): lanes over rows read a row of 16 floats with one strided load per
+# element (gathers, scatters for the stores: var over [4096, 64, 16] dim 2 was 1.5x
+# Inductor's time), and the plain row order runs each row's three loops as one chain of
+# horizontal sums and divisions; blocks keep the per-row values (the pivot, the mean) in
+# lane arrays computed once per block, vectorised over its rows. Same case, one thread,
+# 2026-11: 16 rows per block 0.97-1.01x Inductor, 64 rows 1.06-1.17x.
+ROWS_BLOCK = 16
+# Float sums of the column order run over r in blocks of COLUMN_SUM_BLOCK rows: each
+# column sums a block in float, and the blocks add up in double (as the row order's
+# SUM_BLOCK: a column adds as many terms in float as a SIMD lane of the row order does
+# with AVX2); a double accumulator per element cost a conversion and two double adds per
+# 8 lanes, loaded and stored each row (sum over [2048, 64, 32] dim 0: 10.1 -> 8.3 ms)
+COLUMN_SUM_BLOCK = 32
 _CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 
 
@@ -108,6 +127,25 @@ def _moving_with_r(body, kept=frozenset()) -> frozenset[str]:
     return varies_with_r(body, {"r"} | set(kept))
 
 
+def acc_type(red: Reduce, short: bool) -> tuple[str, str]:
+    """(C type, initial value) of a reduction's accumulator; `short`: it adds at most
+    as many float terms as a SIMD lane of the row order's SUM_BLOCK (float sums then stay
+    in float)."""
+    dt = red.dtype
+    if red.kind not in _CLAUSE:
+        raise CannotPrint(f"cpu backend: unknown reduction {red.kind!r}")
+    if dt == "b8":
+        return "bool", {"sum": "false", "prod": "true", "max": "false", "min": "true"}[red.kind]
+    if dt in FLOATS:
+        # float sums accumulate in double: a row of 1e5 elements summed in float drifts
+        # ~1e-3 from the exact value, far more than torch's pairwise sums
+        return ("double" if red.kind == "sum" and not short else ctype(dt),
+                REDUCE_INIT_FLOAT[red.kind])
+    if red.kind in ("sum", "prod"):
+        return WIDE_UNSIGNED[dt], "0" if red.kind == "sum" else "1"      # wraps
+    return ctype(dt), INT_LIMITS[dt][0 if red.kind == "max" else 1]
+
+
 def _dtype(s) -> str:
     """The dtype of a statement's value (Index values are int64 on this target)."""
     return "i64" if isinstance(s, Index) else s.dtype
@@ -121,20 +159,25 @@ class ReduceLoops:
             self.single_row(depth, c)
             return
         numel = {b.name: max(1, math.prod(b.shape)) for b in self.k.buffers}
-        if self.fast and (short_rows(c, self.expected) or
-                          column_major(c, specialize, self.expected, numel)):
+        by_columns = self.fast and column_major(c, specialize, self.expected, numel)
+        if self.fast and (short_rows(c, self.expected) or by_columns):
             rn = lowering_value(c.rnumel, self.expected)
-            if type(rn) is int and 1 < rn <= TINY_R and not E.free_vars(c.rnumel):
+            known = type(rn) is int and not E.free_vars(c.rnumel)
+            # (contiguous rows longer than TINY_R: blocks of rows, SIMD along each row)
+            r_simd = known and TINY_R < rn <= SHORT_ROW and not by_columns
+            if known and 1 < rn <= TINY_R or r_simd:
                 # rows as long as expected get their own version: rnumel a constant, the
                 # loop over r inside each lane loop, where it unrolls (loops over r of 4
-                # around lane loops cost more than their few elements)
+                # around lane loops cost more than their few elements), or runs as SIMD
+                # lanes along a contiguous row (ROWS_BLOCK)
                 self.emit(depth, f"if (rnumel == {rn}) {{")
-                self.emit(depth + 1, f"const int64_t rnumel = {rn};  // shadows: r unrolls")
-                self.r_inside = True
+                self.emit(depth + 1, f"const int64_t rnumel = {rn};  // shadows: "
+                                     + ("known trips" if r_simd else "r unrolls"))
+                self.r_inside, self.r_simd = True, r_simd
                 try:
                     self.columns(depth + 1, c)
                 finally:
-                    self.r_inside = False
+                    self.r_inside = self.r_simd = False
                 self.emit(depth, "} else {")
                 self.columns(depth + 1, c)
                 self.emit(depth, "}")
@@ -223,34 +266,20 @@ class ReduceLoops:
         whether the loop may run as SIMD lanes)."""
         accs, clauses, simd = {}, [], True
         for red in reduces:
-            if red.kind not in _CLAUSE:
-                raise CannotPrint(f"cpu backend: unknown reduction {red.kind!r}")
             dt = red.dtype
             if red.var not in self.acc_names:    # the same names in both versions
                 self.acc_names[red.var] = (self.names.fresh(self.var(red.var) + "_acc"),
                                            self.names.fresh(self.var(red.var) + "_nan"))
             acc, nan = self.acc_names[red.var]
-            if dt == "b8":
-                simd = False
-                decl, init = "bool", {"sum": "false", "prod": "true", "max": "false",
-                                      "min": "true"}[red.kind]
-            elif dt in FLOATS:
-                # float sums accumulate in double: a row of 1e5 elements summed in float
-                # drifts ~1e-3 from the exact value, far more than torch's pairwise sums
-                # (not rows of at most TINY_R terms, r inside the lanes: no more terms in
-                # float than a lane of the row order's SUM_BLOCK adds)
-                decl = "double" if red.kind == "sum" and not (lanes and self.r_inside) \
-                    else ctype(dt)
-                init = REDUCE_INIT_FLOAT[red.kind]
-            elif red.kind in ("sum", "prod"):
-                decl, init = WIDE_UNSIGNED[dt], "0" if red.kind == "sum" else "1"  # wraps
-            else:
-                decl, init = ctype(dt), INT_LIMITS[dt][0 if red.kind == "max" else 1]
+            simd = simd and dt != "b8"
+            # (rows of at most TINY_R or SHORT_ROW terms, r inside the lanes: no more
+            # terms in float than a lane of the row order's SUM_BLOCK adds)
+            decl, init = acc_type(red, lanes and self.r_inside)
             flag = nan if dt in FLOATS and red.kind in ("max", "min") else None
             if lanes:
-                self.emit(depth, f"{decl} {acc}[{COLUMN_BLOCK}];")
+                self.emit(depth, f"{decl} {acc}[{self.block}];")
                 if flag:
-                    self.emit(depth, f"int {flag}[{COLUMN_BLOCK}];  // saw a NaN")
+                    self.emit(depth, f"int {flag}[{self.block}];  // saw a NaN")
                 self.emit(depth, f"for (int64_t xl = 0; xl < xn; ++xl) {{ {acc}[xl] = {init};"
                                  + (f" {flag}[xl] = 0;" if flag else "") + " }")
                 accs[red.var] = (f"{acc}[xl]", f"{flag}[xl]" if flag else None)
@@ -404,10 +433,20 @@ class ReduceLoops:
             self.emit(depth, "}")
             return
         exact = exact or None
-        self.emit(depth, f"// columns: blocks of {COLUMN_BLOCK} x, r outside, x inside")
+        # (a block of one whole row of x holds up to COLUMN_BLOCK lanes)
+        B = self.block = ROWS_BLOCK if self.r_simd and not exact else COLUMN_BLOCK
+        try:
+            self.column_blocks(depth, c, rows, exact, B)
+        finally:
+            self.block = COLUMN_BLOCK
+
+    def column_blocks(self, depth: int, c: Component, rows, exact: int | None,
+                      B: int) -> None:
+        """The blocks of `columns`, B lanes each (`exact`: one whole row of x each)."""
+        self.emit(depth, f"// columns: blocks of {B} x, " + (
+            "each x's r inside, SIMD along r" if self.r_simd else "r outside, x inside"))
         if rows is None:
-            self.emit(depth, f"const int64_t xblocks = (xnumel + {COLUMN_BLOCK - 1}) / "
-                             f"{COLUMN_BLOCK};")
+            self.emit(depth, f"const int64_t xblocks = (xnumel + {B - 1}) / {B};")
         else:
             # x = xo * xinner + xi: a block holds consecutive xi of one xo, so the lanes
             # read consecutive memory and the xo terms (with divisions) are per block
@@ -418,19 +457,18 @@ class ReduceLoops:
             else:
                 self.emit(depth, f"const int64_t xinner = {last} > 0 ? {last} : 1;  "
                                  "// x = xo * xinner + xi")
-                self.emit(depth, f"const int64_t xrow_blocks = (xinner + {COLUMN_BLOCK - 1}) / "
-                                 f"{COLUMN_BLOCK};")
+                self.emit(depth, f"const int64_t xrow_blocks = (xinner + {B - 1}) / {B};")
                 self.emit(depth, "const int64_t xblocks = (xnumel + xinner - 1) / xinner * "
                                  "xrow_blocks;")
         rn = lowering_value(c.rnumel, self.expected)
         # a block holds at most one row of xinner lanes: the buffers' size at the
-        # lowering-time sizes is that many lanes, not COLUMN_BLOCK (rows of 16 x 2048
+        # lowering-time sizes is that many lanes, not B (rows of 16 x 2048
         # recomputed an exp per element in the second loop for want of 512 KiB)
-        width = COLUMN_BLOCK
+        width = B
         if rows is not None:
             inner = lowering_value(rows[-1], self.expected)
             if inner is not None:
-                width = max(1, min(COLUMN_BLOCK, inner))
+                width = max(1, min(B, inner))
         plan = plan_rows(c) if rn is not None else RowPlan()
         per_element = sum(8 if dt in ("f64", "i64") else 4
                           for dt in plan.buffers.values())
@@ -439,14 +477,14 @@ class ReduceLoops:
         parallel = f"if(parallel: xblocks > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})"
         outer = depth
         if self.rowplan:
-            self.emit(depth, f"const int64_t rbw = xnumel < {COLUMN_BLOCK} ? "
-                             f"(xnumel > 0 ? xnumel : 1) : {COLUMN_BLOCK};  // row buffer width")
+            self.emit(depth, f"const int64_t rbw = xnumel < {B} ? "
+                             f"(xnumel > 0 ? xnumel : 1) : {B};  // row buffer width")
             self.emit(depth, f"#pragma omp parallel {parallel}")
             self.emit(depth, "{")
             depth += 1
             for buf, dt in self.rowplan.buffers.items():
                 ct = ctype(dt)
-                # xn <= min(xnumel, COLUMN_BLOCK) lanes: a buffer never exceeds the
+                # xn <= min(xnumel, B) lanes: a buffer never exceeds the
                 # input's size, whatever rnumel is at run time
                 self.emit(depth, f"{ct}* __restrict__ const {self.rowbuf(buf)} = ({ct}*)"
                                  f"__builtin_malloc(sizeof({ct}) * rbw * "
@@ -457,9 +495,8 @@ class ReduceLoops:
         self.emit(depth, "for (int64_t xb = 0; xb < xblocks; ++xb) {")
         d = depth + 1
         if rows is None:
-            self.emit(d, f"const int64_t x0 = xb * {COLUMN_BLOCK};")
-            self.emit(d, f"const int64_t xn = xnumel - x0 < {COLUMN_BLOCK} ? xnumel - x0 : "
-                         f"{COLUMN_BLOCK};")
+            self.emit(d, f"const int64_t x0 = xb * {B};")
+            self.emit(d, f"const int64_t xn = xnumel - x0 < {B} ? xnumel - x0 : {B};")
         elif exact:
             self.emit(d, "const int64_t xo = xb;")
             self.emit(d, "const int64_t xi0 = 0;")
@@ -467,10 +504,9 @@ class ReduceLoops:
             self.emit(d, "const int64_t xn = xinner;")
         else:
             self.emit(d, "const int64_t xo = xb / xrow_blocks;")
-            self.emit(d, f"const int64_t xi0 = (xb % xrow_blocks) * {COLUMN_BLOCK};")
+            self.emit(d, f"const int64_t xi0 = (xb % xrow_blocks) * {B};")
             self.emit(d, "const int64_t x0 = xo * xinner + xi0;")
-            self.emit(d, f"int64_t xn = xinner - xi0 < {COLUMN_BLOCK} ? xinner - xi0 : "
-                         f"{COLUMN_BLOCK};")
+            self.emit(d, f"int64_t xn = xinner - xi0 < {B} ? xinner - xi0 : {B};")
             self.emit(d, "if (xn > xnumel - x0) xn = xnumel - x0;")
         # values held per lane of the block: var -> (dtype, C array)
         lanes: dict[str, tuple[str, str]] = {}
@@ -514,7 +550,7 @@ class ReduceLoops:
         if kept:
             self.emit(d, f"// loop {j}: what does not vary with r, once per block")
             for s in kept:
-                self.emit(d, f"{ctype(_dtype(s))} {self.lane(s.var)}[{COLUMN_BLOCK}];")
+                self.emit(d, f"{ctype(_dtype(s))} {self.lane(s.var)}[{self.block}];")
             self.lane_loop(d, consts + fixed, lanes, None, True, mask="rmask",
                            after=[(s.var, self.lane(s.var)) for s in kept])
             for s in kept:
@@ -523,33 +559,64 @@ class ReduceLoops:
         accs, _, simd = self.accumulators(d, reduces, lanes=True)
         self.emit(d, f"// loop {j} over r")
         if self.r_inside:
+            # (r_simd: the lanes' loop runs in order, each row's loop over r as SIMD lanes)
             self.lane_loop(d, consts + rest, lanes, accs,
-                           simd and simd_safe(rest, ("x",)), mask="rmask",
-                           reuses=reuses, saves=saves, r_inside=True)
+                           simd and simd_safe(rest, ("r",) if self.r_simd else ("x",)),
+                           mask="rmask", reuses=reuses, saves=saves, r_inside=True,
+                           reduces=reduces)
         else:
-            self.emit(d, "for (int64_t r = 0; r < rnumel; ++r) {")
-            self.lane_loop(d + 1, consts + rest, lanes, accs,
-                           simd and simd_safe(rest, ("x",)), mask="rmask",
-                           reuses=reuses, saves=saves)
-            self.emit(d, "}")
+            self.r_outside(d, consts + rest, lanes, reduces, accs,
+                           simd and simd_safe(rest, ("x",)), reuses, saves)
         for red in reduces:
             col = self.lane(red.var)
             acc, nan = accs[red.var]
-            self.emit(d, f"{ctype(red.dtype)} {col}[{COLUMN_BLOCK}];")
+            self.emit(d, f"{ctype(red.dtype)} {col}[{self.block}];")
             self.emit(d, f"for (int64_t xl = 0; xl < xn; ++xl) {col}[xl] = "
                          f"{self.result(red, acc, nan)};")
             lanes[red.var] = (red.dtype, col)
 
+    def r_outside(self, d: int, body, lanes: dict, reduces, accs, simd: bool, reuses,
+                  saves) -> None:
+        """The loop over r outside the block's lanes; float sums accumulated in double
+        add up blocks of COLUMN_SUM_BLOCK rows summed in float (lane arrays per block)."""
+        blocked = [red for red in reduces if red.dtype != "f64" and
+                   acc_type(red, False)[0] == "double"]
+        if not blocked:
+            self.emit(d, "for (int64_t r = 0; r < rnumel; ++r) {")
+            self.lane_loop(d + 1, body, lanes, accs, simd, mask="rmask", reuses=reuses,
+                           saves=saves)
+            self.emit(d, "}")
+            return
+        part = {red.var: self.names.fresh(self.var(red.var) + "_part") for red in blocked}
+        n = COLUMN_SUM_BLOCK
+        self.emit(d, f"for (int64_t rb = 0; rb < rnumel; rb += {n}) {{")
+        self.emit(d + 1, f"const int64_t rb_end = rnumel - rb < {n} ? rnumel : rb + {n};")
+        for p in part.values():
+            self.emit(d + 1, f"float {p}[{self.block}];")
+            self.emit(d + 1, f"for (int64_t xl = 0; xl < xn; ++xl) {p}[xl] = 0.0f;")
+        self.emit(d + 1, "for (int64_t r = rb; r < rb_end; ++r) {")
+        self.lane_loop(d + 2, body, lanes,
+                       {**accs, **{v: (f"{p}[xl]", None) for v, p in part.items()}}, simd,
+                       mask="rmask", reuses=reuses, saves=saves)
+        self.emit(d + 1, "}")
+        for v, p in part.items():
+            self.emit(d + 1, f"for (int64_t xl = 0; xl < xn; ++xl) {accs[v][0]} += {p}[xl];")
+        self.emit(d, "}")
+
     def lane_loop(self, depth: int, body, lanes: dict, accs, simd: bool,
                   mask: str | None = None, after=(), reuses=None, saves=None,
-                  r_inside: bool = False) -> None:
+                  r_inside: bool = False, reduces=()) -> None:
         """for xl in the block: x = x0 + xl (xi = xi0 + xl when x is split in rows), the
         lane values `body` reads unpacked, `body`, then `after` (var, array) stored.
-        `reuses` / `saves`: values read from / kept in row buffers (at r * rbw + xl).
-        `r_inside`: `body` runs in a loop over r inside the lane's iteration (each lane's
-        r in order as before; lanes are independent)."""
+        `reuses` / `saves`: values read from / kept in row buffers (at r * rbw + xl, or
+        xl * rnumel + r with r_simd). `r_inside`: `body` runs in a loop over r inside the
+        lane's iteration (each lane's r in order as before; lanes are independent); with
+        `self.r_simd` that loop runs as SIMD lanes (`simd`) instead of the lanes' loop,
+        and `reduces` accumulate into scalars per row, stored into `accs` after it."""
         reuses, saves = reuses or {}, saves or {}
-        if simd:
+        r_simd = r_inside and self.r_simd
+        at = "xl * rnumel + r" if self.r_simd else "r * rbw + xl"
+        if simd and not r_simd:
             self.emit(depth, "#pragma omp simd")
         self.emit(depth, "for (int64_t xl = 0; xl < xn; ++xl) {")
         self.emit(depth + 1, "const int64_t x = x0 + xl;")
@@ -564,7 +631,27 @@ class ReduceLoops:
             if var in read:
                 self.emit(depth + 1, f"const {ctype(dt)} {self.var(var)} = {arr}[xl];")
                 env[var] = dt
-        if r_inside:
+        row_accs = {}
+        if r_simd:
+            # one row: scalar accumulators, reduced over the SIMD lanes along r
+            clauses = ""
+            for red in reduces:
+                decl, init = acc_type(red, True)
+                part = self.names.fresh(self.var(red.var) + "_row")
+                self.emit(depth + 1, f"{decl} {part} = {init};")
+                flag = None
+                if accs[red.var][1]:
+                    flag = self.names.fresh(self.var(red.var) + "_rownan")
+                    self.emit(depth + 1, f"int {flag} = 0;  // saw a NaN")
+                    clauses += f" reduction(|:{flag})"
+                if red.dtype != "b8":
+                    clauses += f" reduction({_CLAUSE[red.kind]}:{part})"
+                row_accs[red.var] = (part, flag)
+            if simd:
+                self.emit(depth + 1, "#pragma omp simd" + clauses)
+            self.emit(depth + 1, "for (int64_t r = 0; r < rnumel; ++r) {")
+            depth += 1
+        elif r_inside:
             # unrolled (GCC keeps a loop with an exp inside), or the lane loop around it
             # does not vectorise ("not suitable for strided load")
             self.emit(depth + 1, f"#pragma GCC unroll {TINY_R}")
@@ -575,16 +662,20 @@ class ReduceLoops:
             if var in reuses:
                 dt = self.rowplan.buffers[reuses[var]]
                 self.emit(depth + 1, f"const {ctype(dt)} {self.var(var)} = "
-                                     f"{self.rowbuf(reuses[var])}[r * rbw + xl];")
+                                     f"{self.rowbuf(reuses[var])}[{at}];")
                 env[var] = dt
                 continue
-            self.stmt(depth + 1, s, env, accs)
+            self.stmt(depth + 1, s, env, {**accs, **row_accs} if accs else accs)
             if var in saves:
-                self.emit(depth + 1, f"{self.rowbuf(saves[var])}[r * rbw + xl] = "
-                                     f"{self.var(var)};")
+                self.emit(depth + 1, f"{self.rowbuf(saves[var])}[{at}] = {self.var(var)};")
         if r_inside:
             depth -= 1
             self.emit(depth + 1, "}")
+        for var, (part, flag) in row_accs.items():
+            acc, nan = accs[var]
+            self.emit(depth + 1, f"{acc} = {part};")
+            if flag:
+                self.emit(depth + 1, f"{nan} = {flag};")
         for var, arr in after:
             self.emit(depth + 1, f"{arr}[xl] = {self.var(var)};")
         self.emit(depth, "}")
