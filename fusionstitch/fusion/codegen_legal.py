@@ -17,7 +17,7 @@ from ..config import elide_half_casts
 from ..runtime.cache import register_memory_cache
 from ..targets import resolve
 from .legality import Decision
-from .plan import KERNEL, LIBRARY, FusionPlan, Group, node_kind
+from .plan import KERNEL, LIBRARY, FusionPlan, Group, node_kind, schedule_of
 from .structure import StructuralMemo
 
 log = logging.getLogger("fusionstitch.codegen")
@@ -77,7 +77,6 @@ def legalize(plan: FusionPlan, target) -> FusionPlan:
     def add(nodes, kind, comp):
         # a kernel group keeps the schedule its plan decided; one of a split (or of a
         # plan made by hand) gets its own (fusion/plan.py)
-        from .plan import schedule_of
         schedule = carried.get(tuple(nodes)) if kind == KERNEL else None
         if kind == KERNEL and schedule is None:
             schedule = schedule_of(graph, nodes)
