@@ -1,6 +1,7 @@
 """Host time fusionstitch's runtime spends per call and per kernel launch.
 
     python -m bench.overhead [--workloads empty,logreg_step,mlp_step] [--calls N]
+    python -m bench.overhead --workloads bert_infer,resnet_train   # zoo and models, small
                              [--threads N] [--json PATH]
 
 Each workload is compiled with `fusionstitch.backend(target="cpu")` and run a few
@@ -55,9 +56,44 @@ class Empty:
         return (x + 1,)
 
 
+class Suite:
+    """A workload of the zoo or the model suite (`bench.workloads`, `bench.models`), size
+    small: `inner` is its function, and a call of it is one step of the benchmark
+    (`bench.workloads.step`: inference without gradients, training with its backward)."""
+
+    def __init__(self, name: str):
+        from bench.models import WORKLOADS as MODELS
+        from bench.models import make as make_model
+        from bench.workloads import WORKLOADS, make
+        self.inst = (make_model if name in MODELS else make)(name, size="small")
+        if name not in MODELS and name not in WORKLOADS:
+            raise KeyError(name)
+        self.inner = self.inst.fn
+
+    def state(self):
+        return list(self.inst.args)
+
+    def drive(self, fn, *args):
+        from bench.workloads import Instance, step
+        step(Instance(self.inst.workload, fn, tuple(args), self.inst.grad_params,
+                      self.inst.mutated, self.inst.params))
+
+
 def _workloads():
     from bench.autograd_inside import LogReg, MLPStep
-    return {"empty": Empty, "logreg_step": LogReg, "mlp_step": MLPStep}
+    fixed = {"empty": Empty, "logreg_step": LogReg, "mlp_step": MLPStep}
+
+    class Table(dict):
+        def __missing__(self, name):
+            return lambda: Suite(name)
+    return Table(fixed)
+
+
+def _drive(work, fn, *args):
+    """One step of `work` through `fn` (its compiled or eager function)."""
+    if hasattr(work, "drive"):
+        return work.drive(fn, *args)
+    return fn(*args)
 
 
 def _clock() -> float:
@@ -147,9 +183,9 @@ def measure(name: str, calls: int) -> dict:
     last: dict = {}
     with _recording(last):
         for _ in range(3):
-            fn(*state)
+            _drive(work, fn, *state)
     before = fusionstitch.stats()
-    fn(*state)
+    _drive(work, fn, *state)
     after = fusionstitch.stats()
     per_step = {k: after[k] - before[k] for k in ("kernels_launched", "library_calls",
                                                    "fallbacks")}
@@ -186,8 +222,8 @@ def measure(name: str, calls: int) -> dict:
                      "kernels_us": kernels, "eager_us": eager,
                      "interpreted_us": interp})
     work.state()
-    steps = time_interleaved({"eager": lambda: work.inner(*work.state()),
-                              "fusionstitch": lambda: fn(*work.state())},
+    steps = time_interleaved({"eager": lambda: _drive(work, work.inner, *work.state()),
+                              "fusionstitch": lambda: _drive(work, fn, *work.state())},
                              warmup=3, repeat=max(calls // 10, 5), min_time=0.3)
     work.state()
     step = {k: v["median_s"] * 1e6 for k, v in steps.items()}

@@ -268,3 +268,47 @@ def test_views_of_constants_are_made_once_not_per_call(target):
 def w_value(g):
     """The second constant of `g` (the mm's weight)."""
     return [n.kwarg("value").value for n in g.nodes if n.op == "constant"][1].view(3, 4)
+
+
+_VIEWS = """graph g(%a: f32[4,8], %b: f32[2,3]) {
+  %c: f32[4,8] = cumsum.default(%a, 1)
+  %v: f32[2,16] = view.default(%c, [2, 16])
+  %p: f32[16,2] = permute.default(%v, [1, 0])
+  %t: f32[2,16] = t.default(%p)
+  %x: f32[16,2] = transpose.int(%t, 0, 1)
+  %u: f32[1,16,2] = unsqueeze.default(%x, 0)
+  %e: f32[3,16,2] = expand.default(%u, [3, 16, 2])
+  %s: f32[16,2] = squeeze.dim(%u, 0)
+  %l: f32[2] = select.int(%s, 0, 5)
+  %d: f32[2,3] = cumsum.default(%b, 0)
+  %z: f32[6] = view.default(%d, [6])
+  %o: f32[] = select.int(%z, 0, 4)
+  %q: f32[] = view.default(%o, [])
+  return (%p, %t, %x, %e, %s, %l, %q)
+}"""
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_views_through_torch_are_tensor_method_calls_with_the_same_results(target):
+    """Views run through torch are written as Tensor method calls (`x.permute(1, 0)`,
+    a third of the operator object's cost): the values, sizes and strides are the
+    interpreter's and torch's, and an empty size (a view to a 0-d tensor) keeps the
+    operator call (`x.view()` is not `view(x, [])`)."""
+    g = parse(_VIEWS)
+    generated = Program(make_plan(g, "none", target), target=target)
+    interpreted = Program(make_plan(g, "none", target), target=target)
+    interpreted.use_generated(False)
+    a, b = torch.randn(4, 8), torch.randn(2, 3)
+    c = a.cumsum(1).view(2, 16).permute(1, 0)
+    want = [c, c.t(), c.t().transpose(0, 1), c.unsqueeze(0).expand(3, 16, 2), c,
+            c[5], b.cumsum(0).view(6)[4]]
+    for _ in range(3):
+        got, ref = generated([a, b]), interpreted([a, b])
+        for x, y, w in zip(got, ref, want):
+            assert torch.equal(x, w) and torch.equal(y, w)
+            assert x.shape == w.shape and x.stride() == y.stride() == w.stride()
+    src = generated.generated_source
+    for method in (".permute(1, 0)", ".t()", ".transpose(0, 1)", ".expand(3, 16, 2)",
+                   ".unsqueeze(0)", ".squeeze(0)", ".select(0, 5)"):
+        assert method in src, method
+    assert ".view()" not in src and ".reshape()" not in src
