@@ -311,8 +311,21 @@ class ReduceLoops:
         accs, clauses, simd = self.accumulators(depth, reduces)
         simd = simd and simd_safe(body, ("r",))
         self.emit(depth, f"// loop {j} over r")
+        inside = dict(env)     # what the loop body sees: hoisted values, then its own
+        invariant = self.invariant(j, body)
+        outer = depth
+        if invariant:
+            # what is the same for every r of the row runs once, before the loop, in a
+            # block the loop's own emptiness guards (nothing it computes ran for an empty
+            # row before, and a load of the row's first element may not be valid then)
+            self.emit(depth, "if (rnumel > 0) {")
+            depth += 1
         # the per-x index terms the loop reads are computed once before it
         with self.hoisting(depth, {"x"}):
+            if invariant:
+                self.masks(depth, invariant, "rmask")
+                for s in invariant:
+                    self.stmt(depth, s, inside, accs)
             reduction = "".join(f" reduction({c})" for c in clauses)
             parallel = None
             if self.parallel_r and simd:
@@ -365,9 +378,11 @@ class ReduceLoops:
                 self.emit(depth + 2, "for (int64_t ri = 0; ri < ri_end; ++ri) {")
                 self.emit(depth + 3, "const int64_t r = ro * rinner + ri;")
                 inner = depth + 3
-            self.masks(inner, body, "rmask")
+            hoisted = frozenset(s.var for s in invariant)
+            self.masks(inner, [s for s in body if getattr(s, "var", None) not in hoisted],
+                       "rmask")
             self.rrows = rows
-            self.loop_stmts(inner, j, body, dict(env), body_accs)
+            self.loop_stmts(inner, j, body, inside, body_accs, hoisted)
             self.rrows = None
             if blocked:
                 self.emit(depth + 2, "}")
@@ -378,22 +393,52 @@ class ReduceLoops:
                 self.emit(depth + 2, "}")
                 self.emit(depth + 1, "}")
             self.emit(depth, "}")
+        if invariant:
+            self.emit(outer, "}")
+            depth = outer
         # results, visible to later loops and the epilogue
         for red in reduces:
             self.emit(depth, f"const {ctype(red.dtype)} {self.var(red.var)} = "
                              f"{self.result(red, *accs[red.var])};")
             env[red.var] = red.dtype
 
-    def loop_stmts(self, depth: int, j: int, body, env: dict[str, str], accs) -> None:
+    def invariant(self, j: int, body) -> list:
+        """The statements of loop `j` over r whose values are the same for every r of a
+        row (loads at x-only indices, such as a gathered row's first element, and what is
+        computed from them and from earlier loops' results), in body order: printed once
+        before the loop. The C++ compiler does not always hoist them itself: a load whose
+        index is itself loaded (an embedding row's pivot) became a SIMD gather per
+        element, 6-10x the time of the row norm around it. Values read from a row buffer
+        move with r; what the loop does not need is left out as in `loop_stmts`."""
+        plan = self.rowplan
+        reuses, live = plan.reuses.get(j, {}), plan.live.get(j)
+        moving = _moving_with_r(body, reuses)
+        stmts = [s for s in body if isinstance(s, (Load, Index, Constant, Op))
+                 and s.var not in moving and s.var not in reuses
+                 and (live is None or s.var in live)]
+        # masks and constants alone cost nothing per r: the loop is printed as it was
+        trivial = {"xmask", "rmask"}
+        for s in stmts:
+            if isinstance(s, Constant) or isinstance(s, Op) and set(s.args) <= trivial:
+                trivial.add(s.var)
+        return stmts if any(s.var not in trivial for s in stmts) else []
+
+    def loop_stmts(self, depth: int, j: int, body, env: dict[str, str], accs,
+                   hoisted=frozenset()) -> None:
         """The body of loop `j` over r: values kept from an earlier loop are read from
         their row buffer, values a later loop reads again are stored to one, and what
-        nothing needs any more is not computed (rowbuf.py)."""
+        nothing needs any more is not computed (rowbuf.py). `hoisted`: values computed
+        before the loop (`invariant`), only saved here."""
         plan = self.rowplan
         reuses, saves = plan.reuses.get(j, {}), plan.saves.get(j, {})
         live = plan.live.get(j)
         for s in body:
             var = getattr(s, "var", None)
             if live is not None and var is not None and var not in live:
+                continue
+            if var in hoisted:
+                if var in saves:
+                    self.emit(depth, f"{self.rowbuf(saves[var])}[r] = {self.var(var)};")
                 continue
             if var in reuses:
                 dt = plan.buffers[reuses[var]]
