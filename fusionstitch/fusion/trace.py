@@ -5,7 +5,8 @@ re-deriving one (a re-derived legality check could say "could fuse" where the pl
 had found that the code generator has no rule for an op). Each planning stage records
 as it decides:
 
-- `fusible`: an op that cannot be part of a generated kernel (`legality.fusible`);
+- `fusible`: an op that cannot be part of a generated kernel on the target
+  (`legality.Legality.op`: including an op its code generator has no rule for);
 - `legality`: a pattern the legality seam rejected (`legality.Legality.group`: an op
   that cannot be in a kernel, a cycle, no consistent schedule, the target's code
   generator cannot lower it);
