@@ -8,11 +8,11 @@ kernel that sit on either side of a library call. XLA's fusion merger and its
 horizontal fusion do this merging after instruction fusion; we do it after the
 ILP, on the fused graph:
 
-- two kernel groups merge when their union is one legal kernel
-  (`Legality.check`: one schedule per component, the code generator lowers it,
-  the recompute limit holds), the fused graph stays acyclic (no path from one
-  to the other through a third group), the union stays within the packing
-  footprint, and the cost model says the union is faster than the two apart;
+- two kernel groups merge when their union is one legal kernel within the
+  recompute limit (`StitchChecks.check`: legality.py, then profit.py), the fused
+  graph stays acyclic (no path from one to the other through a third group), the
+  union stays within the packing footprint, and the cost model says the union is
+  faster than the two apart;
 - pairs are tried in dependency order, nearest first, a bounded number per
   group, so the stage stays cheap on graphs of thousands of groups.
 """

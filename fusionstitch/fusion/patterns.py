@@ -11,25 +11,21 @@
 - kernel packing: independent ops of one span layer, grouped by schedule
   compatibility, up to a footprint limit.
 
-Every pattern returned is legal (`legality.check_group`): fusible ops, no
-cycle, one consistent schedule per component.
+Every pattern returned passes the planner's checks (each generator's `leg`: a
+`stitch.StitchChecks`, which asks the legality seam, fusion/legality.py, then the
+profitability rules, profit.py): fusible ops, no cycle, one consistent schedule per
+component, the target's code generator lowers it, and it pays.
 """
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 
-from ..analysis.reach import Reachability
 from ..analysis.span import span_of
 from ..ir.graph import Graph
-from ..ir.ops import BRANCHING_OPS, FUSIBLE_DOTS, SIMPLE_REDUCTIONS
+from ..ir.ops import FUSIBLE_DOTS, SIMPLE_REDUCTIONS
 from ..schedule.propagate import (Inconsistent,
                                   component_space, components, reduction_space)
-from .legality import Decision, check_group, fusible
 from .plan import KERNEL, is_input, node_kind
-from .structure import StructuralMemo
-
-log = logging.getLogger("fusionstitch.fusion")
 
 # Largest pattern: past a few thousand ops a generated kernel compiles slowly (Triton and
 # C++ compile time grows faster than linearly); below that, splitting a chain costs a
@@ -48,93 +44,6 @@ EXPLORE_MAX_OPERANDS = 10
 # saves (a few us) is noise; staying below keeps each packed kernel's tail short.
 PACK_MAX_BYTES = 256 << 20
 PACK_MAX_OPS = MAX_PATTERN_OPS
-
-
-
-class Legality:
-    """check_group with a memo, shared by all generators of one planning run."""
-
-    def __init__(self, graph: Graph, batched_gemms: bool = True, lowerable: bool = False,
-                 max_recompute: float | None = None, reused=None,
-                 staged_bytes: int = 0, trace=None):
-        self.graph = graph
-        self.trace = trace                  # a trace.PlanTrace: rejections are recorded
-        self.staged_bytes = staged_bytes    # legality.check_group's staged-kernel bound
-        self.max_recompute = max_recompute
-        self.reused = reused                # Target.reused_values (cpu: row buffers)
-        # codegen targets: a pattern is legal only if the code generator can lower it
-        self.lowerable = lowerable
-        self.position = {n.name: i for i, n in enumerate(graph.nodes)}
-        self.reach = Reachability(graph)
-        self.batched_gemms = batched_gemms
-        self.memo: dict[frozenset, Decision] = {}
-        # schedule and lowering verdicts by structure (the repeated layers of a graph);
-        # this object's settings are fixed, so one memo serves all its checks
-        self.structural = StructuralMemo(graph, self.position)
-        self.fusible = set()
-        for n in graph.nodes:
-            if is_input(n):
-                continue
-            d = fusible(graph, n, batched_gemms=batched_gemms)
-            if d:
-                self.fusible.add(n.name)
-            elif trace is not None:
-                trace.op(n.name, d.reason)
-
-    def check(self, names) -> Decision:
-        key = frozenset(names)
-        d = self.memo.get(key)
-        if d is None:
-            outside = next((n for n in key if n not in self.fusible), None)
-            if outside is not None:
-                d = fusible(self.graph, self.graph[outside], batched_gemms=self.batched_gemms)
-            else:
-                d = check_group(self.graph, key, self.reach, batched_gemms=self.batched_gemms,
-                                assume_fusible=True, staged_bytes=self.staged_bytes,
-                                structural=self.structural)
-                if d and self.lowerable and len(key) > 1:
-                    d = self._lowers(key)
-            self.memo[key] = d
-            if not d and self.trace is not None:
-                self.trace.rejected[key] = d.reason
-            if not d and log.isEnabledFor(logging.DEBUG):
-                log.debug("rejected pattern of %d ops (%s): %s", len(key),
-                          " ".join(sorted(key)[:6]), d.reason)
-        return d
-
-
-    def _lowers(self, key) -> Decision:
-        from ..codegen.lower import Unsupported
-        from ..codegen.lowerings import SUPPORTED_OPS
-        from .codegen_legal import tentative_lower
-        graph = self.graph
-        missing = next((n for n in key if graph[n].op not in SUPPORTED_OPS), None)
-        if missing is not None:
-            return Decision.forbid(f"the code generator has no rule for "
-                                   f"{graph[missing].op} (%{missing})")
-        if not any(graph[n].op in SIMPLE_REDUCTIONS or graph[n].op in FUSIBLE_DOTS or
-                   (self.max_recompute and graph[n].op in BRANCHING_OPS) for n in key):
-            return Decision.allow()   # pointwise groups with known ops lower, no recompute
-        comps = components(graph, key)
-        if len(comps) > 1:
-            # independent components lower independently (each its own part of the
-            # kernel, with its own recompute budget): check each, remembered on its own
-            for comp in comps:
-                d = self.check(comp)
-                if not d:
-                    return d
-            return Decision.allow()
-        def lowers() -> Decision:
-            try:
-                k = tentative_lower(graph, sorted(key, key=self.position.__getitem__))
-            except Unsupported as e:
-                return Decision.forbid(f"the code generator cannot lower it: {e}")
-            if not self.max_recompute:
-                return Decision.allow()
-            from .profit import recompute_within
-            return recompute_within(graph, key, k, self.max_recompute, self.reused)
-        memo = self.structural
-        return memo.verdict(memo.key(key), "lowers", lowers)
 
 
 def _reduction_kind(graph: Graph, name: str) -> str | None:
@@ -156,7 +65,7 @@ def _reduction_kind(graph: Graph, name: str) -> str | None:
 PARTITION_STEPS = ("batched_gemm", "column_reduction", "scalar_reduction", "row_reduction")
 
 
-def _split_legal(leg: Legality, names: list[str]) -> list[list[str]]:
+def _split_legal(leg, names: list[str]) -> list[list[str]]:
     """Split ops (in topological order) into legal pieces: whole components when they
     are legal, else greedy runs that stay legal as they grow."""
     graph = leg.graph
@@ -184,7 +93,7 @@ def _split_legal(leg: Legality, names: list[str]) -> list[list[str]]:
     return pieces
 
 
-def substitution_patterns(leg: Legality, packing: bool = True) -> Iterator[frozenset]:
+def substitution_patterns(leg, packing: bool = True) -> Iterator[frozenset]:
     graph = leg.graph
     order = [n.name for n in graph.nodes if not is_input(n)]
     kinds = {n: _reduction_kind(graph, n) for n in order}
@@ -220,7 +129,7 @@ def substitution_patterns(leg: Legality, packing: bool = True) -> Iterator[froze
             yield from neighbour_merges(leg, round_pieces)
 
 
-def neighbour_merges(leg: Legality, pieces: list[list[str]]) -> Iterator[frozenset]:
+def neighbour_merges(leg, pieces: list[list[str]]) -> Iterator[frozenset]:
     """Pieces joined by a data edge across a partition op, merged pairwise.
 
     Substitution fusion cuts the topological order at partition ops, so a
@@ -247,7 +156,7 @@ def neighbour_merges(leg: Legality, pieces: list[list[str]]) -> Iterator[frozens
                         yield frozenset(merged)
 
 
-def _pack(leg: Legality, pieces: list[list[str]]) -> Iterator[frozenset]:
+def _pack(leg, pieces: list[list[str]]) -> Iterator[frozenset]:
     """Pack independent pieces into launches, within the footprint limits."""
     from ..analysis.cost import group_bytes
     graph = leg.graph
@@ -266,7 +175,7 @@ def _pack(leg: Legality, pieces: list[list[str]]) -> Iterator[frozenset]:
         yield frozenset(batch)
 
 
-def exploratory_patterns(leg: Legality) -> Iterator[frozenset]:
+def exploratory_patterns(leg) -> Iterator[frozenset]:
     graph = leg.graph
     position = {n.name: i for i, n in enumerate(graph.nodes)}
 
@@ -301,7 +210,7 @@ def exploratory_patterns(leg: Legality) -> Iterator[frozenset]:
         yield from found
 
 
-def packing_patterns(leg: Legality) -> Iterator[frozenset]:
+def packing_patterns(leg) -> Iterator[frozenset]:
     """Independent single ops of one span layer, grouped by schedule compatibility."""
     graph = leg.graph
     span = span_of(graph)
@@ -321,7 +230,7 @@ def packing_patterns(leg: Legality) -> Iterator[frozenset]:
             yield from _pack(leg, [[o] for o in ops])
 
 
-def candidate_patterns(leg: Legality, packing: bool = True) -> list[frozenset]:
+def candidate_patterns(leg, packing: bool = True) -> list[frozenset]:
     """All candidates, deduplicated, in a deterministic order."""
     out: dict[frozenset, None] = {}
     gens = (substitution_patterns, exploratory_patterns) + ((packing_patterns,) if packing else ())

@@ -2,17 +2,55 @@
 
 Legality says whether a group *can* be one kernel; these rules say when one kernel would
 cost more than it saves, in ways the cost model's bytes-and-launches score does not see.
-The planners' checks (`patterns.Legality`) apply them after legality and record the
-rejection with its reason in the plan trace like any other.
+The stitch planner applies them after legality, as checks of their own
+(`stitch.StitchChecks`), and records a refusal with its reason in the plan trace under
+`profit`.
 """
 from __future__ import annotations
 
 from ..ir.graph import Graph
-from ..ir.ops import Category, lookup
-from .legality import Decision
+from ..ir.ops import BRANCHING_OPS, FUSIBLE_DOTS, SIMPLE_REDUCTIONS, Category, lookup
+from .decision import ALLOW, Decision
 
 # ops that compute nothing (views, tuple access, broadcasts): not "own" work of a group
 _FREE_CATEGORIES = (Category.RESHAPE, Category.TRANSPOSE, Category.TUPLE, Category.BROADCAST)
+
+
+class RecomputeLimit:
+    """XLA's code-duplication rule as a planner check (`recompute_within`), asked of one
+    connected group at a time (independent components of a kernel recompute nothing of
+    each other's). `legality`: the planning run's legality.Legality, whose kernel IR of
+    the group the rule reads and whose structural memo remembers its verdicts; `limit`:
+    `Target.max_recompute`; `reused`: `Target.reused_values`."""
+
+    name = "recompute"
+
+    def __init__(self, legality, limit: float, reused=None):
+        self.legality = legality
+        self.limit = limit
+        self.reused = reused
+
+    def applies(self, names) -> bool:
+        """Only reductions' loops, GEMM stages and per-element selects (concat, pad)
+        recompute: a group without them is within any limit."""
+        graph = self.legality.graph
+        return any(graph[n].op in SIMPLE_REDUCTIONS or graph[n].op in FUSIBLE_DOTS
+                   or graph[n].op in BRANCHING_OPS for n in names)
+
+    def __call__(self, names) -> Decision:
+        if not self.applies(names):
+            return ALLOW
+        leg = self.legality
+        memo = leg.structural
+
+        def decide() -> Decision:
+            d, kernel = leg.kernel(names)
+            if not d:
+                # legality passed the group without lowering it (pointwise ops lower):
+                # its refusal stands, as legality's
+                return d
+            return recompute_within(leg.graph, names, kernel, self.limit, self.reused)
+        return memo.verdict(memo.key(names), "recompute", decide)
 
 
 def recompute_within(graph: Graph, key, kernel, max_recompute: float,
@@ -30,5 +68,5 @@ def recompute_within(graph: Graph, key, kernel, max_recompute: float,
     if work > max_recompute * max(own, 1):
         return Decision.forbid(f"fused, it would compute {work / max(own, 1):.1f}x the "
                                f"ops of its parts (recomputation across concat branches "
-                               f"or reduction loops); limit {max_recompute}x")
-    return Decision.allow()
+                               f"or reduction loops); limit {max_recompute}x", "recompute")
+    return ALLOW

@@ -1,10 +1,12 @@
 """Strategy `stitch`: the FusionStitching planner (2019 §4).
 
 1. candidates: substitution and exploratory patterns (patterns.py), each legal
-   on its own. Kernel packing is its own stage after the ILP (step 4): packing
-   candidates inside the ILP pre-empt vertical fusions that save bytes (a packed
-   pair of reductions blocks each reduction's producer fusion), while packing
-   the chosen groups span layer by span layer gets the same launches saved;
+   on its own (the legality seam, legality.py) and within the profitability rules
+   (profit.py: the recompute limit), both asked through `StitchChecks`. Kernel
+   packing is its own stage after the ILP (step 4): packing candidates inside the
+   ILP pre-empt vertical fusions that save bytes (a packed pair of reductions blocks
+   each reduction's producer fusion), while packing the chosen groups span layer by
+   span layer gets the same launches saved;
 2. scores (model-based, §4.3): time saved = M(V) + (N - 1)·φ, where V is the
    off-chip traffic no longer moved and N the launches merged; non-positive
    scores are dropped. Where the performance library (fusionstitch/tune) holds
@@ -34,12 +36,15 @@ from ..analysis.cost import DeviceSpec, group_bytes
 from ..analysis.reach import group_cycle
 from ..ir.graph import Graph
 from ..schedule.compose import composition
-from ..schedule.propagate import group_spaces
+from ..schedule.propagate import components, group_spaces
 from ..targets import Target, resolve
 from . import ilp
+from .decision import ALLOW, Decision
 from .gc_pause import gc_paused
+from .legality import Legality
 from .merge import merge_kernels
-from .patterns import Legality, candidate_patterns
+from .patterns import candidate_patterns
+from .profit import RecomputeLimit
 from .trace import PlanTrace, Verdict
 from .plan import (FREE, KERNEL, LIBRARY, FusionPlan, is_input, node_kind, plan_from_groups,
                    quotient, topological_order)
@@ -120,15 +125,76 @@ def _find_cycle(graph: Graph, groups: list[frozenset]) -> list[int] | None:
     return sorted(g for g in cycle if g < len(groups))
 
 
-def target_legality(graph: Graph, target: str | Target, trace=None) -> Legality:
-    """The legality checks of the stitch planner for `target` (rejections recorded in
-    `trace`, a PlanTrace, when given)."""
+class StitchChecks:
+    """What the stitch planner's stages (candidate generators, the baseline, packing,
+    merging) ask of a node set: the legality seam's verdict (`legality`, a
+    legality.Legality), then each profitability rule's (`rules`, profit.py) on each
+    connected part of the set, remembered per set. A refusal is recorded in the plan
+    trace under the check that made it: `legality` (the seam records its own) or
+    `profit`."""
+
+    def __init__(self, legality: Legality, rules=(), trace=None):
+        self.legality = legality
+        self.graph = legality.graph
+        self.rules = tuple(rules)
+        self.trace = trace
+        self._profit: dict[frozenset, Decision] = {}
+
+    @property
+    def fusible(self) -> set[str]:
+        return self.legality.fusible
+
+    @property
+    def reach(self):
+        return self.legality.reach
+
+    def check(self, names) -> Decision:
+        key = names if type(names) is frozenset else frozenset(names)
+        d = self.legality.group(key)
+        if d and self.rules and len(key) > 1:
+            d = self.profitable(key)
+        return d
+
+    def profitable(self, key: frozenset) -> Decision:
+        """The profitability rules' verdict on the legal set `key`: each connected part
+        of two ops or more is asked on its own (independent parts of a kernel cost
+        nothing of each other's)."""
+        d = self._profit.get(key)
+        if d is not None:
+            return d
+        d = ALLOW
+        if any(rule.applies(key) for rule in self.rules):
+            comps = components(self.graph, key)
+            if len(comps) > 1:
+                for comp in comps:
+                    if len(comp) > 1 and not (d := self.profitable(frozenset(comp))):
+                        break
+            else:
+                for rule in self.rules:
+                    if not (d := rule(key)):
+                        break
+        self._profit[key] = d
+        if not d and log.isEnabledFor(logging.DEBUG):
+            log.debug("unprofitable group of %d ops (%s): %s", len(key),
+                      " ".join(sorted(key)[:6]), d.reason)
+        if not d and self.trace is not None:
+            if d.rule in {r.name for r in self.rules}:
+                self.trace.unprofitable[key] = d.reason
+            else:   # a legality refusal found while reading the kernel (profit.py)
+                self.trace.rejected[key] = d.reason
+        return d
+
+
+def stitch_checks(graph: Graph, target: str | Target, trace=None) -> StitchChecks:
+    """The checks of the stitch planner for `target`: its legality (fusion/legality.py),
+    then the recompute limit where the target sets one and generates kernels (refusals
+    recorded in `trace`, a PlanTrace, when given)."""
     target = resolve(target)
-    return Legality(graph, batched_gemms=target.gemm_fusing,
-                    lowerable=target.generates_kernels,
-                    max_recompute=target.max_recompute,
-                    reused=target.reused_values,
-                    staged_bytes=target.staged_bytes, trace=trace)
+    legality = Legality(graph, target, trace=trace)
+    rules = ()
+    if legality.lowering and target.max_recompute:
+        rules = (RecomputeLimit(legality, target.max_recompute, target.reused_values),)
+    return StitchChecks(legality, rules, trace)
 
 
 def _scored(graph, candidates, baseline, score, model, perf, device, trace):
@@ -202,7 +268,7 @@ def plan_stitch(graph: Graph, target: str | Target, *, score_hook: ScoreFn | Non
     t = time.perf_counter()
     target = resolve(target)
     trace = PlanTrace("stitch", target.name)
-    leg = target_legality(graph, target, trace)
+    leg = stitch_checks(graph, target, trace)
     candidates = candidate_patterns(leg, packing=False)
     stages["candidates"] = time.perf_counter() - t
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Ref
-from .legality import Decision
+from .decision import Decision
 
 _NAME = re.compile(r"%([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -115,7 +115,8 @@ class StructuralMemo:
             if d or first is placed:
                 return d
             rename = dict(zip(first, placed))
-            return Decision.forbid(_NAME.sub(lambda m: "%" + rename[m.group(1)], d.reason))
+            return Decision.forbid(_NAME.sub(lambda m: "%" + rename[m.group(1)], d.reason),
+                                   d.rule)
         self.misses += 1
         d = decide()
         if d or set(_NAME.findall(d.reason)) <= set(placed):

@@ -5,9 +5,13 @@ re-deriving one (a re-derived legality check could say "could fuse" where the pl
 had found that the code generator has no rule for an op). Each planning stage records
 as it decides:
 
-- `fusible`: an op that cannot be part of a generated kernel (`legality.fusible`);
-- `legality`: a pattern the legality checks rejected (`patterns.Legality.check`: no
-  consistent schedule, a cycle, no code generation rule, too much recomputation);
+- `fusible`: an op that cannot be part of a generated kernel on the target
+  (`legality.Legality.op`: including an op its code generator has no rule for);
+- `legality`: a pattern the legality seam rejected (`legality.Legality.group`: an op
+  that cannot be in a kernel, a cycle, no consistent schedule, the target's code
+  generator cannot lower it);
+- `profit`: a legal pattern a profitability rule rejected (`profit.py`, applied by
+  `stitch.StitchChecks`: too much recomputation);
 - `candidate`: the fate of each stitch candidate pattern that was not chosen whole
   (`score`: the cost model gives it no gain; `cycle`: chosen with others it closes a
   cycle; `ilp`: the ILP chose overlapping patterns of a higher total score);
@@ -50,8 +54,10 @@ class PlanTrace:
     ops: dict[str, str] = field(default_factory=dict)     # op -> why it is not fusible
     # stitch: every candidate pattern and its fate ("chosen" or a candidate Verdict)
     candidates: dict[frozenset, Verdict | None] = field(default_factory=dict)
-    # patterns legality rejected (Legality's memo, the rejected entries), by reason
+    # patterns legality rejected (the Legality's memo, the rejected entries), by reason
     rejected: dict[frozenset, str] = field(default_factory=dict)
+    # legal patterns a profitability rule rejected, by reason
+    unprofitable: dict[frozenset, str] = field(default_factory=dict)
 
     def record(self, stage: str, nodes, reason: str, subject: str = "") -> None:
         self.raw.append(Verdict(stage, frozenset(nodes), reason, subject))
@@ -99,10 +105,13 @@ class PlanTrace:
         for d in reversed(self.events):
             if d.stage.startswith("xla") and both <= d.nodes:
                 return d
-        held = [(len(p), sorted(p), r) for p, r in self.rejected.items() if both <= p]
+        held = [(len(p), sorted(p), r, stage)
+                for stage, rejected in (("legality", self.rejected),
+                                        ("profit", self.unprofitable))
+                for p, r in rejected.items() if both <= p]
         if held:
-            n, names, reason = min(held)
-            return Verdict("legality", frozenset(names), reason)
+            n, names, reason, stage = min(held)
+            return Verdict(stage, frozenset(names), reason)
         if self.strategy == "none":
             return Verdict("strategy", frozenset(both), "strategy 'none' fuses nothing")
         return Verdict("generators", frozenset(both),

@@ -6,7 +6,9 @@ horizontal loop fusion, each a small pass over a partition (node -> group),
 listed in order in `plan_xla`. CSE and DCE already ran in canonicalisation
 (passes/pipeline.py) before any planner, as XLA runs HloCSE/HloDCE around fusion.
 
-XLA's rules kept: only fusible ops, and every group passes `check_group`;
+XLA's rules kept: only fusible ops, and every group is legal (`Partition.legality`:
+the legality seam, fusion/legality.py, with no target: XLA's rules do not depend on
+it, and the target's code generator is asked after planning, by `legalize`);
 reductions are fusion roots (elementwise producers fuse into them, "input
 fusion"; their results are never read in the same kernel, so softmax takes
 three kernels, XLA's known limit); expensive ops are never duplicated; an
@@ -26,7 +28,7 @@ Differences from XLA, on purpose:
 - Instruction fusion decides per producer once all its users are placed
   (reverse post-order), not per consumer operand: without duplication this is
   where XLA ends after re-visiting a fusion's operands. Joins follow XLA's local
-  rules, then each group passes `check_group` once; a group that fails is
+  rules, then each group passes the legality check once; a group that fails is
   rebuilt join by join, each join checked.
 - A producer that is a graph output is left to producer-consumer multi-output
   fusion, as in XLA, where the ROOT tuple is one more user.
@@ -43,13 +45,12 @@ import heapq
 import logging
 
 from ..analysis.cost import group_bytes
-from ..analysis.reach import Reachability
 from ..ir.graph import CONSTANT, Graph, TensorType, TupleType
 from ..ir.ops import Category, category, ops_where
 from ..schedule.compose import composition
 from ..schedule.propagate import Inconsistent, Space, escaping_values, group_spaces
 from .gc_pause import gc_paused
-from .legality import Decision, check_group, fusible
+from .legality import Decision, Legality
 from .plan import KERNEL, FusionPlan, is_input, node_kind, plan_from_groups
 
 log = logging.getLogger("fusionstitch.fusion")
@@ -115,7 +116,9 @@ class Partition:
     def __init__(self, graph: Graph, fuel: int | None = None, trace=None):
         self.graph = graph
         self.trace = trace   # a trace.PlanTrace: rejections are recorded there
-        self.reach = Reachability(graph)
+        # XLA's legality: ops, cycle, schedule (no GEMM in a kernel, no staged program)
+        self.legality = Legality(graph, by_structure=False)
+        self.reach = self.legality.reach
         self.index = self.reach.index
         self.users = graph.users
         self.outputs = {r.name for r in graph.output_refs}
@@ -163,9 +166,9 @@ class Partition:
     def is_kernel(self, gid: int) -> bool:
         """A generated kernel: every member fusible, at least one not free."""
         if gid not in self._kernel:
-            nodes = [self.graph[n] for n in self.members[gid]]
-            self._kernel[gid] = (all(fusible(self.graph, n) for n in nodes)
-                                 and any(node_kind(n) == KERNEL for n in nodes))
+            names, fusible = self.members[gid], self.legality.fusible
+            self._kernel[gid] = (all(n in fusible for n in names)
+                                 and any(node_kind(self.graph[n]) == KERNEL for n in names))
         return self._kernel[gid]
 
     def hero(self, gid: int) -> Space | None:
@@ -186,16 +189,15 @@ class Partition:
         reads = {i for n in names for i in self.graph[n].inputs if i not in inside}
         return reads, len(escaping_values(self.graph, names))
 
-    def legal(self, names: list[str], fusible_known: bool = False) -> Decision:
-        """XLA's fusion rules for one group, then `check_group` (`fusible_known`: every
-        member is known to be fusible)."""
+    def legal(self, names: list[str]) -> Decision:
+        """XLA's fusion rules for one group, then legality's (`Legality.group`)."""
         inside = set(names)
         for n in names:
             if n in self.reductions and any(u in inside for u in self.users[n]):
                 return Decision.forbid(f"the result of reduction %{n} would be read inside its "
                                        "own kernel; XLA keeps reductions as fusion roots")
         d = _operand_limit(*self.io(names))
-        return d and check_group(self.graph, names, self.reach, assume_fusible=fusible_known)
+        return d and self.legality.group(names)
 
     def spend(self, d: Decision) -> Decision:
         """A legal fusion goes ahead while fuel lasts (one unit per fusion)."""
@@ -242,13 +244,13 @@ def instruction_fusion(part: Partition) -> None:
 
     Visiting producers after all their users means those users' groups are final,
     and a join adds a node before every member, so no cycle can form. Joins use
-    XLA's local rules; each group then passes `check_group` once, and a group that
+    XLA's local rules; each group then passes `Partition.legal` once, and a group that
     does not is rebuilt join by join with every join checked.
     """
     graph = part.graph
     _join_producers(part, graph.nodes, checked=False)
     for gid in sorted(g for g, names in part.members.items() if len(names) > 1):
-        d = part.legal(part.members[gid], fusible_known=True)  # joins checked each member
+        d = part.legal(part.members[gid])
         if not d:
             _reject(part, "instruction_fusion", part.members[gid],
                     lambda: f"group of %{part.root_name(gid)}", d)
@@ -269,7 +271,7 @@ def _join_producers(part: Partition, nodes, checked: bool) -> None:
             if checked:
                 d = part.legal(part.members[target] + [name])
             else:
-                d = fusible(graph, node) and fusible(graph, graph[part.root_name(target)])
+                d = part.legality.op(name) and part.legality.op(part.root_name(target))
                 if d:  # the producer reads nothing inside and writes nothing outside
                     reads, writes = io.get(target) or part.io(part.members[target])
                     reads = (reads - {name}) | set(node.inputs)
@@ -457,7 +459,7 @@ def _fuse_siblings(part: Partition, order: GroupOrder, parent: str) -> None:
             elif not _compatible(part.hero(a), part.hero(b)):
                 d = None   # the reason names both heroes: made only when read
             else:
-                d = part.spend(part.legal(part.members[a] + part.members[b], True))
+                d = part.spend(part.legal(part.members[a] + part.members[b]))
                 if d:
                     sibs[i] = order.merge(a, b)
                     frozen[i] = None
@@ -516,7 +518,7 @@ def _fuse_producer_consumer(part: Partition, order: GroupOrder, producer: int) -
             d = Decision.forbid("another path runs from the producer to the consumer "
                                 "(fusing would create a cycle)")
         else:
-            d = part.spend(part.legal(part.members[c] + part.members[producer], True))
+            d = part.spend(part.legal(part.members[c] + part.members[producer]))
         if d:
             order.merge(producer, c)
             return
@@ -526,12 +528,6 @@ def _fuse_producer_consumer(part: Partition, order: GroupOrder, producer: int) -
 
 
 # --- 4. horizontal fusion ---------------------------------------------------------------
-
-class _SpanLayerIsAcyclic:
-    """Reachability for packing one span layer: no path joins kernels of one layer (an
-    edge lowers the span), so no cycle can close; a graph-wide search would cost O(n)."""
-    creates_cycle = staticmethod(lambda names: False)
-
 
 def horizontal_fusion(part: Partition) -> None:
     """XLA's horizontal loop fusion: small loop fusions feeding one consumer (an op, or
@@ -598,8 +594,10 @@ def _horizontal_candidate(part: Partition, g: int) -> Decision:
 def _pack(part: Partition, batch: list[int]) -> None:
     if len(batch) < 2:
         return
-    d = part.spend(check_group(part.graph, [n for g in batch for n in part.members[g]],
-                               _SpanLayerIsAcyclic()))
+    # no path joins kernels of one span layer (an edge lowers the span), so no cycle can
+    # close: a graph-wide search for one would cost O(n)
+    d = part.spend(part.legality.group([n for g in batch for n in part.members[g]],
+                                       acyclic=True))
     if not d:
         _reject(part, "horizontal_fusion", [n for g in batch for n in part.members[g]],
                 f"{len(batch)} kernels of one span layer", d)

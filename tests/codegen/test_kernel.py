@@ -1,5 +1,5 @@
 """The kernel IR's analyses (codegen/kernel.py): which values of a loop over r vary with
-r, and the arithmetic work the planner's recompute limit compares (fusion/patterns.py)."""
+r, and the arithmetic work the planner's recompute limit compares (fusion/profit.py)."""
 import torch
 import torch.nn.functional as F
 

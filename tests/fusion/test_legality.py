@@ -1,8 +1,10 @@
-"""legality: forbidden ops and groups say why; elementwise chains and softmax are allowed."""
+"""legality: the one seam (fusion/legality.py). Forbidden ops and groups say why and
+name the rule that refused (and the target, where it is the target's code generator);
+elementwise chains and softmax are allowed; verdicts are remembered."""
 import pytest
 
-from fusionstitch.analysis.reach import Reachability
-from fusionstitch.fusion.legality import Decision, check_group, fusible
+from fusionstitch.fusion.legality import Decision, Legality
+from fusionstitch.fusion.trace import PlanTrace
 from fusionstitch.ir.text import parse
 
 OPS = parse("""graph ops(%x: f32[4,8], %idx: i64[4,8], %w: f32[8,3]) {
@@ -20,7 +22,7 @@ OPS = parse("""graph ops(%x: f32[4,8], %idx: i64[4,8], %w: f32[8,3]) {
 
 
 def _check(graph, names):
-    return check_group(graph, names, Reachability(graph))
+    return Legality(graph).group(names)
 
 
 def test_decision_is_truthy_only_when_allowed():
@@ -38,15 +40,15 @@ def test_decision_is_truthy_only_when_allowed():
     ("sm", "_softmax.default", "composite"),
 ])
 def test_forbidden_ops_name_the_op(name, op, word):
-    d = fusible(OPS, OPS[name])
-    assert not d
+    d = Legality(OPS).op(name)
+    assert not d and d.rule == "op"
     assert op in d.reason and word in d.reason
 
 
 def test_inputs_are_not_ops():
-    d = fusible(OPS, OPS["x"])
+    d = Legality(OPS).op("x")
     assert not d and "%x" in d.reason
-    assert fusible(OPS, OPS["e"])
+    assert Legality(OPS).op("e")
 
 
 def test_forbidden_member_forbids_the_group():
@@ -62,7 +64,7 @@ def test_cycle_creating_group_is_forbidden():
   return (%c)
 }""")
     d = _check(g, ["a", "c"])  # a -> b -> c leaves the group and re-enters it
-    assert not d and "cycle" in d.reason
+    assert not d and "cycle" in d.reason and d.rule == "cycle"
     assert _check(g, ["a", "b", "c"])
 
 
@@ -74,7 +76,7 @@ def test_row_and_column_reduction_of_one_tensor_is_inconsistent():
   return (%r, %c)
 }""")
     d = _check(g, ["e", "r", "c"])
-    assert not d and "no consistent schedule" in d.reason
+    assert not d and "no consistent schedule" in d.reason and d.rule == "schedule"
     assert "%c" in d.reason or "%r" in d.reason
     assert _check(g, ["e", "r"]) and _check(g, ["e", "c"])
 
@@ -101,3 +103,76 @@ def test_softmax_is_allowed():
 }""")
     d = _check(g, ["m", "s", "e", "t", "d"])
     assert d, d.reason
+
+
+ATAN = parse("""graph at(%x: f32[4,8]) {
+  %a: f32[4,8] = atan.default(%x)
+  %b: f32[4,8] = mul.Tensor(%a, 2.0)
+  return (%b)
+}""")
+
+COMPLEX_SUM = parse("""graph cs(%x: c64[4,8]) {
+  %e: c64[4,8] = neg.default(%x)
+  %s: c64[4] = sum.dim_IntList(%e, [1])
+  return (%s)
+}""")
+
+SMALL_MM = parse("""graph mm(%x: f32[8,8], %w: f32[8,8]) {
+  %m: f32[8,8] = mm.default(%x, %w)
+  %r: f32[8,8] = relu.default(%m)
+  return (%r)
+}""")
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_op_without_a_code_generation_rule_is_refused_on_the_target(target):
+    d = Legality(ATAN, target).op("a")
+    assert not d and d.rule == "op"
+    assert target in d.reason and "no code generation rule for atan.default" in d.reason
+    # the target-free rules (the xla baseline's) know nothing of code generation
+    assert Legality(ATAN).op("a")
+    assert not Legality(ATAN, target).group(["a", "b"])
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_group_the_target_cannot_lower_is_refused_naming_the_target(target):
+    leg = Legality(COMPLEX_SUM, target)
+    assert leg.op("e") and leg.op("s")
+    d = leg.group(["e", "s"])
+    assert not d and d.rule == "lower"
+    assert f"the {target} code generator cannot lower it" in d.reason
+    assert "c64" in d.reason
+    assert leg.lowers(["e", "s"]).reason == d.reason
+    assert not leg.kernel(["e", "s"])[0] and leg.kernel(["e", "s"])[1] is None
+    # without a target, code generation is not asked
+    assert Legality(COMPLEX_SUM).group(["e", "s"])
+
+
+def test_gemm_in_a_kernel_follows_the_target():
+    # cpu's printer has no GEMM stages: a small GEMM is a library call there
+    d = Legality(SMALL_MM, "cpu").op("m")
+    assert not d and "library call (GEMM)" in d.reason
+    assert Legality(SMALL_MM, "cuda").op("m")
+    assert Legality(SMALL_MM, "cuda").group(["m", "r"])
+    # lowers() is the target's own can_lower, asked of any set (legalize's question)
+    d = Legality(SMALL_MM, "cpu").lowers(["m", "r"])
+    assert not d and d.rule == "lower" and "cpu code generator has no GEMM stages" in d.reason
+
+
+def test_verdicts_are_remembered_and_refusals_recorded():
+    trace = PlanTrace("stitch", "cpu")
+    leg = Legality(ATAN, "cpu", trace=trace)
+    assert "atan.default" in trace.ops["a"]        # refused ops recorded as the run starts
+    assert leg.fusible == {"b"}
+    d = leg.group(["a", "b"])
+    assert leg.group(frozenset(["b", "a"])) is d
+    assert trace.rejected[frozenset(["a", "b"])] == d.reason
+
+
+def test_settings_default_to_the_target():
+    cpu, cuda = Legality(OPS, "cpu"), Legality(OPS, "cuda")
+    assert (cpu.gemms, cpu.staged_bytes, cpu.lowering) == (False, 0, True)
+    assert cuda.gemms and cuda.staged_bytes > 0 and cuda.lowering
+    free = Legality(OPS)
+    assert (free.gemms, free.staged_bytes, free.lowering) == (False, 0, False)
+    assert not Legality(OPS, "torch").lowering     # generates no kernels

@@ -3,11 +3,12 @@ and packing candidates of FusionStitching 2019 §4.2; every candidate is legal."
 import pytest
 
 from fusionstitch.analysis.span import span_of
-from fusionstitch.fusion.legality import check_group
 from fusionstitch.fusion import patterns
-from fusionstitch.fusion.patterns import (EXPLORE_DEPTH, Legality,
-                                          candidate_patterns, exploratory_patterns,
-                                          packing_patterns, substitution_patterns)
+from fusionstitch.fusion.legality import Legality
+from fusionstitch.fusion.patterns import (EXPLORE_DEPTH, candidate_patterns,
+                                          exploratory_patterns, packing_patterns,
+                                          substitution_patterns)
+from fusionstitch.fusion.stitch import StitchChecks
 from fusionstitch.fusion.plan import KERNEL, LIBRARY, node_kind
 from fusionstitch.ir.text import parse
 from fusionstitch.schedule.compose import composition
@@ -94,19 +95,25 @@ def small_limit(monkeypatch):
 GRAPHS = [BETWEEN_MMS, ROW_REDUCTION, ROW_AND_COLUMN, INDEPENDENT, MIXED]
 
 
+def checks(graph):
+    """The generators' checks: target-free legality with small GEMMs in kernels, no
+    profitability rule."""
+    return StitchChecks(Legality(graph, gemms=True))
+
+
 def sets(patterns):
     return {frozenset(p) for p in patterns}
 
 
 def test_ops_between_gemms_become_one_pattern():
-    subs = sets(substitution_patterns(Legality(BETWEEN_MMS)))
+    subs = sets(substitution_patterns(checks(BETWEEN_MMS)))
     assert {"b", "c", "d"} in subs and {"f", "h"} in subs
     assert not any(p & {"a", "e"} for p in subs)
 
 
 @pytest.mark.parametrize("graph", GRAPHS, ids=lambda g: g.name)
 def test_library_and_unfusible_ops_are_never_inside_a_pattern(graph):
-    leg = Legality(graph)
+    leg = checks(graph)
     for p in candidate_patterns(leg):
         for n in p:
             assert node_kind(graph[n]) != LIBRARY, (sorted(p), n)
@@ -116,7 +123,7 @@ def test_library_and_unfusible_ops_are_never_inside_a_pattern(graph):
 
 
 def test_partition_growth_splits_at_the_row_reduction():
-    subs = sets(substitution_patterns(Legality(ROW_REDUCTION)))
+    subs = sets(substitution_patterns(checks(ROW_REDUCTION)))
     # step 0: nothing fusible partitions, the whole softmax-like row is one pattern
     assert frozenset({"a", "a2", "r", "b", "c"}) in subs
     # row reductions as partition ops: the runs before and after the reduction
@@ -127,9 +134,9 @@ def test_partition_growth_splits_at_the_row_reduction():
 
 
 def test_row_and_column_reductions_never_share_a_pattern():
-    for p in candidate_patterns(Legality(ROW_AND_COLUMN)):
+    for p in candidate_patterns(checks(ROW_AND_COLUMN)):
         assert not {"col", "row"} <= p
-    subs = sets(substitution_patterns(Legality(ROW_AND_COLUMN)))
+    subs = sets(substitution_patterns(checks(ROW_AND_COLUMN)))
     # the column-reduction step splits the graph at %col; what follows it is one row kernel
     assert frozenset({"row", "s", "t", "u", "v"}) in subs
 
@@ -143,11 +150,11 @@ def _adjacent_pairs(graph, leg):
 
 @pytest.mark.parametrize("graph", GRAPHS, ids=lambda g: g.name)
 def test_exploratory_patterns_grow_from_seed_neighbours(graph):
-    leg = Legality(graph)
+    leg = checks(graph)
     found = list(exploratory_patterns(leg))
     found_sets = set(found)
     for p in found:
-        assert check_group(graph, p, leg.reach, batched_gemms=True), sorted(p)
+        assert Legality(graph, gemms=True).group(p), sorted(p)
         assert len(components(graph, p)) == 1, f"{sorted(p)} is not connected"
         assert 2 <= len(p) <= EXPLORE_DEPTH + 1
         if len(p) > 2:
@@ -161,13 +168,13 @@ def test_exploratory_patterns_grow_from_seed_neighbours(graph):
 
 
 def test_exploratory_seed_takes_its_neighbours_on_both_sides():
-    found = set(exploratory_patterns(Legality(BETWEEN_MMS)))
+    found = set(exploratory_patterns(checks(BETWEEN_MMS)))
     # seed %c: producer %b and consumer %d
     assert {frozenset({"b", "c"}), frozenset({"c", "d"}), frozenset({"b", "c", "d"})} <= found
 
 
 def test_packing_groups_independent_ops_of_one_layer():
-    leg = Legality(INDEPENDENT)
+    leg = checks(INDEPENDENT)
     packs = sets(packing_patterns(leg))
     assert packs == {frozenset({"s", "n", "r"})}
     assert composition(INDEPENDENT, ("n", "r", "s")) == "packing"
@@ -175,7 +182,7 @@ def test_packing_groups_independent_ops_of_one_layer():
 
 @pytest.mark.parametrize("graph", GRAPHS, ids=lambda g: g.name)
 def test_packing_members_are_independent_and_share_a_layer(graph):
-    leg = Legality(graph)
+    leg = checks(graph)
     span = span_of(graph)
     for p in packing_patterns(leg):
         assert len({span[n] for n in p}) == 1, sorted(p)
@@ -185,12 +192,12 @@ def test_packing_members_are_independent_and_share_a_layer(graph):
 
 
 def _check_candidates(graph):
-    leg = Legality(graph)
+    leg = checks(graph)
     cands = candidate_patterns(leg)
     assert len(cands) == len(set(cands))
     for p in cands:
         assert 1 < len(p) <= patterns.MAX_PATTERN_OPS
-        d = check_group(graph, p, leg.reach, batched_gemms=True)
+        d = Legality(graph, gemms=True).group(p)
         assert d, (sorted(p), d.reason)
     return cands
 
@@ -206,7 +213,7 @@ def test_candidates_respect_the_pattern_limit(small_limit):
 
 
 def test_long_chain_is_split_at_the_pattern_limit(small_limit):
-    subs = sets(substitution_patterns(Legality(chain(150))))
+    subs = sets(substitution_patterns(checks(chain(150))))
     assert max(len(p) for p in subs) == small_limit
     # the pieces of one step cover the chain: 64 + 64 + 22
     assert any(len(p) == 150 - 2 * small_limit for p in subs)
@@ -214,4 +221,4 @@ def test_long_chain_is_split_at_the_pattern_limit(small_limit):
 
 def test_candidates_are_deterministic():
     for graph in GRAPHS:
-        assert candidate_patterns(Legality(graph)) == candidate_patterns(Legality(graph))
+        assert candidate_patterns(checks(graph)) == candidate_patterns(checks(graph))

@@ -9,10 +9,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fusionstitch.analysis.reach import Reachability
 from fusionstitch.frontend.build import GraphBuilder
 from fusionstitch.fusion import PLANNERS
-from fusionstitch.fusion.legality import check_group, staged_limit
+from fusionstitch.fusion.legality import Legality, staged_limit
 from fusionstitch.fusion.plan import FUSIBLE_DOTS, KERNEL, LIBRARY, node_kind, plan_none
 from fusionstitch.fusion.stitch import plan_stitch
 from fusionstitch.ir.graph import PARAMETER, Graph
@@ -134,8 +133,9 @@ def make_inputs(graph: Graph):
     return [torch.rand(p.type.shape, generator=gen) * 2 - 1 for p in graph.params]
 
 
-def check_plan(plan, reach, target="cuda"):
+def check_plan(plan, target="cuda"):
     graph = plan.graph
+    legality = Legality(graph, gemms=True, staged_bytes=staged_limit(target))
     plan.validate()
     for g in plan.groups:
         library = [n for n in g.nodes if node_kind(graph[n]) == LIBRARY]
@@ -144,8 +144,7 @@ def check_plan(plan, reach, target="cuda"):
         # a library call runs alone, unless a planner composes a small GEMM into a kernel
         assert all(graph[n].op in FUSIBLE_DOTS for n in library), (g, library)
         if g.kind == KERNEL:
-            d = check_group(graph, g.nodes, reach, batched_gemms=True,
-                            staged_bytes=staged_limit(target))
+            d = legality.group(g.nodes)
             assert d, (g, d.reason)
         else:
             assert not library, g
@@ -164,12 +163,11 @@ def test_every_plan_is_valid_legal_and_exact(graph):
     inputs = make_inputs(graph)
     base = plan_none(graph)
     want = Program(base)(inputs)
-    reach = Reachability(graph)
     for strategy in STRATEGIES:
         for target in TARGETS:
             plan = PLANNERS[strategy](graph, target)
             assert plan.graph is graph
-            check_plan(plan, reach, target)
+            check_plan(plan, target)
             assert (plan.num_kernels + plan.num_library_calls
                     <= base.num_kernels + base.num_library_calls), (strategy, target)
             same_outputs(Program(plan)(inputs), want)
@@ -199,5 +197,5 @@ def test_stitch_plans_large_random_dags_quickly(seed):
     t = time.perf_counter()
     plan = plan_stitch(graph, "cuda")
     elapsed = time.perf_counter() - t
-    check_plan(plan, Reachability(graph))
+    check_plan(plan)
     assert elapsed < 10.0, f"stitch took {elapsed:.1f}s on {len(graph)} nodes: {plan.stages}"

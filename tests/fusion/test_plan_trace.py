@@ -17,9 +17,9 @@ import fusionstitch
 from bench import workloads as W
 from bench.plan_table import capture
 from fusionstitch.fusion import make_plan
-from fusionstitch.fusion.legality import fusible
+from fusionstitch.fusion.legality import Legality
 from fusionstitch.fusion.plan import is_input
-from fusionstitch.fusion.stitch import plan_stitch, target_legality
+from fusionstitch.fusion.stitch import plan_stitch, stitch_checks
 from fusionstitch.fusion.trace import planned_trace
 from fusionstitch.report.explain import GraphReport, Report
 
@@ -48,11 +48,14 @@ def check_true(plan, target, v, a, b):
     final = [frozenset(g.nodes) for g in plan.groups]
     if v.stage == "fusible":
         (n,) = v.nodes
-        assert n in both and not fusible(graph, graph[n], batched_gemms=target == "cuda")
-    elif v.stage == "legality":
+        d = Legality(graph, target).op(n)
+        assert n in both and not d and d.reason == v.reason
+    elif v.stage in ("legality", "profit"):
         assert both <= v.nodes
-        d = target_legality(graph, target).check(v.nodes)
+        d = stitch_checks(graph, target).check(v.nodes)
         assert not d and d.reason == v.reason
+        # the stage is the check that refused: legality's rules, or a profitability rule
+        assert (d.rule == "recompute") == (v.stage == "profit"), (d.rule, v.stage)
     elif v.stage in ("score", "ilp", "cycle", "merge") or v.stage.startswith("xla:"):
         assert both <= v.nodes and not any(v.nodes <= g for g in final)
     elif v.stage == "legalize":
@@ -64,6 +67,7 @@ def check_true(plan, target, v, a, b):
         trace = plan.trace
         assert not any(both <= p for p in trace.candidates)
         assert not any(both <= p for p in trace.rejected)
+        assert not any(both <= p for p in trace.unprofitable)
 
 
 @pytest.mark.parametrize("strategy,target", CASES)
@@ -88,9 +92,17 @@ def explained(fn, *args, strategy="stitch", target="cpu"):
 
 
 def test_no_code_generation_rule():
+    # stitch asks the target's code generator per op (legality.Legality.op): atan is
+    # never in a candidate
     r = explained(lambda x: torch.atan(x * 2) + 1, torch.randn(64, 64))
     text = r.why_not_fused("mul", "atan")
-    assert "[legalize]" in text and "no code generation rule for atan.default" in text, text
+    assert "[fusible]" in text and "the cpu code generator" in text, text
+    assert "no code generation rule for atan.default" in text, text
+    # xla's rules do not depend on the target: code-generation legality splits its group
+    r = explained(lambda x: torch.atan(x * 2) + 1, torch.randn(64, 64), strategy="xla")
+    text = r.why_not_fused("mul", "atan")
+    assert "[legalize]" in text and "the cpu code generator cannot lower it" in text, text
+    assert "no code generation rule for atan.default" in text, text
 
 
 def test_library_call():

@@ -2,9 +2,8 @@
 the cycle-breaking ILP loop (Figure 3), fuel, determinism and stage timings."""
 import pytest
 
-from fusionstitch.analysis.reach import Reachability
 from fusionstitch.fusion import stitch
-from fusionstitch.fusion.legality import check_group, staged_limit
+from fusionstitch.fusion.legality import Legality, staged_limit
 from fusionstitch.fusion.plan import KERNEL, LIBRARY, plan_none
 from fusionstitch.fusion.stitch import ModelScore, _find_cycle, plan_stitch
 from fusionstitch.ir.text import parse
@@ -89,11 +88,10 @@ def multi(plan):
 
 def assert_sound(plan):
     plan.validate()
-    reach = Reachability(plan.graph)
+    legality = Legality(plan.graph, gemms=True, staged_bytes=staged_limit("cuda"))
     for g in plan.groups:
         if g.kind == KERNEL and len(g.nodes) > 1:
-            d = check_group(plan.graph, g.nodes, reach, batched_gemms=True,
-                            staged_bytes=staged_limit("cuda"))
+            d = legality.group(g.nodes)
             assert d, (g, d.reason)
 
 
@@ -157,8 +155,7 @@ def test_elementwise_chain_split_by_mm(target):
 
 
 def test_figure3_cyclic_pair_is_never_a_candidate():
-    reach = Reachability(FIGURE_3)
-    assert not check_group(FIGURE_3, ["A", "C"], reach)
+    assert not Legality(FIGURE_3).group(["A", "C"])
     plan = plan_stitch(FIGURE_3, "cuda")
     assert_sound(plan)
     assert all(set(g.nodes) != {"A", "C"} for g in plan.groups)
@@ -166,10 +163,10 @@ def test_figure3_cyclic_pair_is_never_a_candidate():
 
 def test_find_cycle_names_the_interleaved_patterns():
     g = crossed()
-    reach = Reachability(g)
+    legality = Legality(g)
     rows, cols = row_pattern(), column_pattern()
-    assert check_group(g, rows, reach) and check_group(g, cols, reach)
-    assert not check_group(g, rows | cols, reach)      # a row and a column reduction
+    assert legality.group(rows) and legality.group(cols)
+    assert not legality.group(rows | cols)      # a row and a column reduction
     assert _find_cycle(g, [rows]) is None and _find_cycle(g, [cols]) is None
     assert _find_cycle(g, [rows, cols]) == [0, 1]
     # a group on no cycle is not named

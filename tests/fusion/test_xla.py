@@ -7,10 +7,9 @@ import torch
 
 import fusionstitch
 from bench import workloads
-from fusionstitch.analysis.reach import Reachability
 from fusionstitch.frontend.build import GraphBuilder
 from fusionstitch.fusion import xla
-from fusionstitch.fusion.legality import check_group
+from fusionstitch.fusion.legality import Legality
 from fusionstitch.fusion.plan import KERNEL, LIBRARY, plan_none
 from fusionstitch.fusion.xla import (HORIZONTAL_MAX_KERNELS, MAX_OPERANDS_AND_OUTPUTS,
                                      Partition, instruction_fusion, plan_xla)
@@ -111,7 +110,7 @@ def test_reduction_consumers_start_a_new_kernel_after_instruction_fusion():
     assert sorted(sorted(m) for m in part.groups()) == [["d"], ["e", "s"], ["m"], ["t"]]
 
 
-def test_group_failing_check_group_is_rebuilt_join_by_join(caplog):
+def test_illegal_group_is_rebuilt_join_by_join(caplog):
     # the 256-element relu is neither per-element nor per-row in the sum's 8x16 schedule
     g = parse("""
 graph sliced(%x: f32[256]) {
@@ -122,7 +121,7 @@ graph sliced(%x: f32[256]) {
   return (%t,)
 }
 """)
-    assert not check_group(g, ["r", "s", "v", "t"], Reachability(g))
+    assert not Legality(g).group(["r", "s", "v", "t"])
     with caplog.at_level(logging.DEBUG, logger="fusionstitch.fusion"):
         plan = plan_checked(g)
     assert [k.nodes for k in kernels(plan)] == [("r",), ("s", "v", "t")]
@@ -298,13 +297,13 @@ def test_zoo_uses_fewer_kernels_than_unfused(zoo):
         assert ours < none, f"{name}: xla {ours} kernels, none {none}"
 
 
-def test_zoo_kernels_pass_check_group_and_keep_reductions_as_roots(zoo):
+def test_zoo_kernels_are_legal_and_keep_reductions_as_roots(zoo):
     for graphs in zoo.values():
         for g in graphs:
-            reach = Reachability(g)
+            legality = Legality(g)
             for k in kernels(plan_xla(g, "cuda")):
                 if len(k.nodes) > 1:
-                    assert check_group(g, k.nodes, reach), (g.name, k.nodes)
+                    assert legality.group(k.nodes), (g.name, k.nodes)
                 for n in k.nodes:
                     if category(g[n].op) == Category.REDUCE:
                         assert not set(g.users[n]) & set(k.nodes), (g.name, n)

@@ -1,0 +1,55 @@
+"""Profitability rules (fusion/profit.py) apart from legality: the recompute limit is a
+check of its own that the stitch planner applies after the legality seam
+(stitch.StitchChecks), recorded in the plan trace under `profit`."""
+from fusionstitch.fusion.legality import Legality
+from fusionstitch.fusion.stitch import plan_stitch, stitch_checks
+from fusionstitch.fusion.trace import PlanTrace
+from fusionstitch.ir.text import parse
+
+# softmax_chain's inference graph (bench zoo, small): a softmax, then a layer norm
+CHAIN = parse("""graph chain(%x: f32[2,2,8,8], %m: f32[2,1,1,8], %w: f32[1,2,1,8]) {
+  %mul: f32[2,2,8,8] = mul.Tensor(%x, 0.35355339059327373)
+  %add: f32[2,2,8,8] = add.Tensor(%mul, %m)
+  %amax: f32[2,2,8,1] = amax.default(%add, [-1], True)
+  %sub: f32[2,2,8,8] = sub.Tensor(%add, %amax)
+  %exp: f32[2,2,8,8] = exp.default(%sub)
+  %sum_1: f32[2,2,8,1] = sum.dim_IntList(%exp, [-1], True)
+  %div: f32[2,2,8,8] = div.Tensor(%exp, %sum_1)
+  %mul_1: f32[2,2,8,8] = mul.Tensor(%div, %w)
+  %mul_2: f32[2,2,8,8] = mul.Tensor(%mul_1, 8)
+  %mean: f32[2,2,8,1] = mean.dim(%mul_2, [-1], True)
+  %sub_1: f32[2,2,8,8] = sub.Tensor(%mul_2, %mean)
+  %mul_3: f32[2,2,8,8] = mul.Tensor(%sub_1, %sub_1)
+  %mean_1: f32[2,2,8,1] = mean.dim(%mul_3, [-1], True)
+  %add_1: f32[2,2,8,1] = add.Tensor(%mean_1, 1e-05)
+  %rsqrt: f32[2,2,8,1] = rsqrt.default(%add_1)
+  %mul_4: f32[2,2,8,8] = mul.Tensor(%sub_1, %rsqrt)
+  %squeeze: f32[2,2,8] = squeeze.dims(%mean, [-1])
+  return (%mul_4, %squeeze)
+}""")
+PAIR = frozenset({"mean", "squeeze"})   # the mean's loop, recomputed for the squeeze
+
+
+def test_legal_group_refused_by_the_recompute_limit_on_cpu():
+    assert Legality(CHAIN, "cpu").group(PAIR)          # legal: one kernel could hold it
+    trace = PlanTrace("stitch", "cpu")
+    checks = stitch_checks(CHAIN, "cpu", trace)
+    assert [r.name for r in checks.rules] == ["recompute"]
+    d = checks.check(PAIR)
+    assert not d and d.rule == "recompute" and "limit 3.0x" in d.reason
+    assert trace.unprofitable[PAIR] == d.reason and PAIR not in trace.rejected
+    v = trace.why_apart("mean", "squeeze")
+    assert (v.stage, v.reason) == ("profit", d.reason)
+
+
+def test_no_limit_on_cuda():
+    checks = stitch_checks(CHAIN, "cuda")
+    assert checks.rules == () and checks.check(PAIR)
+
+
+def test_the_planner_records_its_profit_refusals():
+    plan = plan_stitch(CHAIN, "cpu")
+    assert plan.trace.unprofitable
+    for key, reason in plan.trace.unprofitable.items():
+        assert Legality(CHAIN, "cpu").group(key), sorted(key)
+        assert "limit 3.0x" in reason
