@@ -32,7 +32,8 @@ import torch
 
 from fusionstitch.codegen.kernel import Load, Op, Reduce, Store, bodies, template
 from fusionstitch.fusion.plan import KERNEL
-from fusionstitch.ir.graph import CONSTANT, GETITEM, PARAMETER, Graph, Node, Ref, TensorLiteral
+from fusionstitch.ir.graph import (CONSTANT, GETITEM, PARAMETER, Graph, Node, Ref, TensorLiteral,
+                                    TensorType)
 from fusionstitch.ir.ops import resolve_overload
 from fusionstitch.runtime.cache import digest
 
@@ -200,6 +201,12 @@ def group_fx(graph: Graph, names, kernel) -> torch.fx.GraphModule:
             if i not in inside and i not in env and graph[i].op == CONSTANT:
                 root.register_buffer(f"_c_{i}", graph[i].kwarg("value").value)
                 env[i] = fx.get_attr(f"_c_{i}")
+            elif i not in inside and i not in env and isinstance(graph[i].type, TensorType):
+                # read for its shape alone (zeros_like in a backward): the kernel takes no
+                # buffer of it, so the subgraph makes one of its type
+                t = graph[i].type
+                env[i] = fx.call_function(torch.ops.aten.zeros.default, (list(t.shape),),
+                                          {"dtype": t.torch_dtype})
         if node.op == GETITEM:
             src, k = node.args[0].name, node.args[1]
             env[name] = elements[(src, k)] if (src, k) in elements else \

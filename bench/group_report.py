@@ -42,6 +42,8 @@ def _losers(cases: list[GroupCase], loss: float) -> list[GroupCase]:
 def text(cases, rows, classes, meta, top: int, loss: float) -> str:
     lines = [f"# per-group A/B, {meta['date']}, {meta['cpu']}, {meta['torch_threads']} "
              f"thread(s), torch {meta['torch']}", f"command: {meta['command']}", ""]
+    for failed in meta.get("failed_programs", ()):
+        lines.append(f"FAILED (no groups of it below): {failed}")
     lines.append("ratio = fusionstitch median / inductor median (above 1: we are slower); "
                  "vs_torch = fusionstitch / unfused torch")
     lines.append("")

@@ -265,9 +265,11 @@ def main(argv=None) -> int:
         log(f"{source}")
         try:
             cases += run_program(source, cls, make, args, log)
-        except Exception as e:  # noqa: BLE001
-            log(f"  {source}: {type(e).__name__}: {e}")
+        except Exception as e:  # noqa: BLE001 - the others still run; said even if quiet
+            print(f"bench.groups: {source} failed, its groups are not in the report: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr)
             log(traceback.format_exc())
+            meta.setdefault("failed_programs", []).append(f"{source}: {type(e).__name__}: {e}")
         paths = write(cases, meta, args.out, "_".join(sources), args.top)
     if cases:
         summary = open(paths[1]).read()

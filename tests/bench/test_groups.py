@@ -133,3 +133,35 @@ def test_inductor_variant_times_one_group(tmp_path):
     res = groups.ab_case(case, repeat=2, min_time=0.0, inductor=True)
     assert "inductor_error" not in res, res.get("inductor_error")
     assert res["ratio"] > 0 and "kernel" in res["inductor_code"]
+
+
+def test_a_value_read_for_its_shape_alone_is_made_in_the_subgraph():
+    """A group op that reads an outside value only for its shape (zeros_like in a
+    backward): the kernel takes no buffer of it, so the group's FX graph makes a tensor of
+    its type instead of failing (every training model's groups were lost this way)."""
+    from bench.group_capture import group_fx
+    from fusionstitch.codegen.lower import lower_group
+    g = parse("""graph g(%a: f32[4,8], %b: f32[4,8]) {
+  %s: f32[4,8] = exp.default(%a)
+  %z: f32[4,8] = zeros_like.default(%s)
+  %y: f32[4,8] = add.Tensor(%z, %b)
+  return (%s, %y)
+}""")
+    k = lower_group(g, ("z", "y"), "k")
+    assert [b.value for b in k.inputs] == ["b"]
+    b = torch.randn(4, 8)
+    [out] = group_fx(g, ("z", "y"), k)(b)
+    assert torch.equal(out, b)
+
+
+def test_a_program_that_fails_is_said_and_named_in_the_report(tmp_path, monkeypatch, capsys):
+    def broken(*a, **k):
+        raise KeyError("sub_5")
+    monkeypatch.setattr(groups, "run_program", broken)
+    rc = groups.main(["--source", "corpus", "--corpus-sizes", "1k", "--classes",
+                      "bcast-row", "--no-inductor", "--out", str(tmp_path), "--quiet"])
+    assert rc == 0
+    assert "failed, its groups are not in the report" in capsys.readouterr().err
+    [js] = tmp_path.glob("groups_corpus_*.json")
+    assert "KeyError" in json.loads(js.read_text())["meta"]["failed_programs"][0]
+    assert "FAILED (no groups of it below)" in js.with_suffix(".txt").read_text()
