@@ -27,7 +27,7 @@ import math
 from ...codegen import expr as E
 from .build import CannotPrint
 from .flat import PARALLEL_GRAIN, simd_safe
-from .index import lowering_value, specialize
+from .index import lowering_value
 from .dtypes import (FLOATS, HALVES, INT_LIMITS, INTS, REDUCE_INIT_FLOAT, WIDE_UNSIGNED,
                         ctype)
 from ...codegen.kernel import Component, Constant, Index, Load, Op, Reduce, Store, varies_with_r
@@ -84,14 +84,13 @@ COLUMN_SUM_BLOCK = 32
 _CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 
 
-def column_major(c: Component, specialize, expected, numel: dict[str, int] | None = None
-                 ) -> bool:
+def column_major(c: Component, dense, numel: dict[str, int] | None = None) -> bool:
     """Whether the loads of `c`'s loops that stream through memory (their index depends
     on both x and r) read consecutive memory along x rather than along r (in the dense
-    version: `specialize` is index.specialize), counting each load by its buffer's
-    number of elements (`numel`, 1 each when not given): a big stream decides, not the
-    small per-row vectors read beside it (capsule routing's weighted sums read a
-    [512, 50, 64] stream along x and three [128, 4, 50] weights along r)."""
+    version: `dense(index)` is a load's index as it prints there), counting each load by
+    its buffer's number of elements (`numel`, 1 each when not given): a big stream
+    decides, not the small per-row vectors read beside it (capsule routing's weighted
+    sums read a [512, 50, 64] stream along x and three [128, 4, 50] weights along r)."""
     along_x = along_r = 0
     x, r = E.Var("x"), E.Var("r")
 
@@ -101,7 +100,7 @@ def column_major(c: Component, specialize, expected, numel: dict[str, int] | Non
         for s in loop.body:
             if not isinstance(s, Load):
                 continue
-            e = specialize(s.index, expected)[0]
+            e = dense(s.index)
             if not {"r", "x"} <= E.free_vars(e):
                 continue      # per x (a channel's weight) or per r (a row's mean): not streams
             terms = e.terms if isinstance(e, E.Add) else (e,)
@@ -159,7 +158,7 @@ class ReduceLoops:
             self.single_row(depth, c)
             return
         numel = {b.name: max(1, math.prod(b.shape)) for b in self.k.buffers}
-        by_columns = self.fast and column_major(c, specialize, self.expected, numel)
+        by_columns = self.fast and column_major(c, lambda e: self.form(e, True), numel)
         if self.fast and (short_rows(c, self.expected) or by_columns):
             rn = lowering_value(c.rnumel, self.expected)
             known = type(rn) is int and not E.free_vars(c.rnumel)
