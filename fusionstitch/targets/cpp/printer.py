@@ -306,6 +306,7 @@ class _Printer(FlatLoops, ReduceLoops):
         self.acc_names: dict[str, tuple[str, str | None]] = {}
         self.expected = expected_values(kernel)
         self.rowplan = RowPlan()                # row buffers of the reduce component printed
+        self.stashes: dict = {}                 # ... kept in outputs (ReduceLoops.output_stash)
         self.parallel_r = False                 # printing the loops of a one-row component
         self.r_inside = False                   # columns: the loop over r inside the lanes'
         self.r_simd = False                     # ... and run as SIMD lanes along r (rows)
