@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from ...codegen import expr as E
-from .index import digit_sizes, lowering_value, specialize, split_rows
+from .index import digit_sizes, lowering_value, split_rows
 from .dtypes import ctype
 from ...codegen.kernel import Component, Constant, Index, Load, Op, Store
 from .rowbuf import uses
@@ -150,8 +150,7 @@ class FlatLoops:
         per_row = along = 0
         for s in body:
             if isinstance(s, (Load, Store)):
-                e = specialize(s.index, self.expected)[0] if self.fast else s.index
-                fv = E.free_vars(split_rows(e, rows))
+                fv = E.free_vars(split_rows(self.form(s.index, True), rows))
                 if "xi" in fv or "x" in fv:
                     along += 1
                 elif "xo" in fv:
@@ -229,8 +228,7 @@ class FlatLoops:
             if isinstance(s, Constant):
                 fixed.add(s.var)
             elif isinstance(s, (Load, Index)):
-                e = specialize(s.index, self.expected)[0] \
-                    if self.fast and isinstance(s, Load) else s.index
+                e = self.form(s.index, isinstance(s, Load))
                 mask = getattr(s, "mask", None)
                 if ok(split_rows(e, rows)) and (mask is None or mask in fixed):
                     fixed.add(s.var)
@@ -289,8 +287,7 @@ class FlatLoops:
         digits: set[E.Expr] = set()
         for s in body:
             if isinstance(s, (Load, Store, Index)):
-                e = specialize(s.index, self.expected)[0] \
-                    if self.fast and not isinstance(s, Index) else s.index
+                e = self.form(s.index, not isinstance(s, Index))
                 for sizes in digit_sizes(e, var):
                     count[sizes] = count.get(sizes, 0) + 1
                 digits |= digits_of(e, var)

@@ -30,6 +30,10 @@ How the loops are laid out (all of it follows from the IR, nothing is size-speci
   `if (<those strides hold at launch>) { simple version } else { general version }`.
   So contiguous inputs read `in0[x]` instead of a division and a modulo per
   dimension, and reduction loops over r read unit strides and vectorise.
+* Merged digits (`index.merge_plan`): adjacent dims of an unravelled x or r that every
+  index of a component version reads as one (row-major in each, or in none: a [A, 1, 1]
+  operand against [A, B, C] ones) are one dim of their product, proven symbolically
+  (no run-time test): rows of B * C below, not of C with a division per row.
 * Flat components whose x is unravelled over sizes S (S[-1] expected >= MIN_ROW, or
   MIN_COSTLY_ROW when the loop calls a math function)
   loop over `x = xo * S[-1] + xi`: the last digit of x is `xi` itself and the others
@@ -126,7 +130,8 @@ from ...codegen import expr as E
 from .build import (ERROR_ARG, FLAGS, CannotPrint, CompileFailed,  # noqa: F401
                         CompilerUnavailable, KernelBuildError, clear_memory_cache,
                         load_library, runner)
-from .index import expected_values, rename_expr, specialize, split_rows
+from .index import (expected_values, merge_digits, merge_plan, rename_expr, specialize,
+                    split_rows)
 from .preamble import PREAMBLE
 from .dtypes import (CTYPE, FLOATS, HALVES, INTS, STORAGE, WIDE_UNSIGNED, ctype)
 from ...codegen.kernel import (
@@ -292,6 +297,8 @@ class _Printer(FlatLoops, ReduceLoops):
         self.int64_vars: set[str] = set()     # Index results: int64_t whatever their dtype
         self.fast = False                      # printing the dense version of a component
         self.rows: tuple[E.Expr, ...] | None = None   # printing a flat loop split in rows
+        # the component version's unravellings with dims merged (index.merge_plan)
+        self.merges: dict = {}
         self.bool_logic = False                # printed &, | or a select between bools
         self.selects = False                   # printed a select (`where`)
         self.divides_ints = False              # printed an integer division: `fs_error`
@@ -299,6 +306,7 @@ class _Printer(FlatLoops, ReduceLoops):
         self.acc_names: dict[str, tuple[str, str | None]] = {}
         self.expected = expected_values(kernel)
         self.rowplan = RowPlan()                # row buffers of the reduce component printed
+        self.stashes: dict = {}                 # ... kept in outputs (ReduceLoops.output_stash)
         self.parallel_r = False                 # printing the loops of a one-row component
         self.r_inside = False                   # columns: the loop over r inside the lanes'
         self.r_simd = False                     # ... and run as SIMD lanes along r (rows)
@@ -331,11 +339,27 @@ class _Printer(FlatLoops, ReduceLoops):
                 f"cpu backend: kernel {self.k.name}: variable {name!r} used before it is "
                 f"defined") from None
 
-    def index(self, e: E.Expr, env: dict[str, str], access: bool = False) -> str:
-        """C text of an index expression (`access`: of a load/store, specialised in the
-        dense version of a component)."""
+    def form(self, e: E.Expr, access: bool = False) -> E.Expr:
+        """An index expression as this version of the component prints it (`access`: of
+        a load/store, specialised in the dense version), its digits merged where every
+        index of the version allows (`self.merges`). Every decision on the loops reads
+        indices through this, so that it sees what is printed."""
         if access and self.fast:
             e = specialize(e, self.expected)[0]
+        return merge_digits(e, self.merges)
+
+    def plan_merges(self, c: Component) -> None:
+        """`self.merges` for the version of `c` about to be printed (`self.fast`)."""
+        self.merges = {}
+        self.merges = merge_plan(
+            [self.form(s.index, isinstance(s, (Load, Store)))
+             for body in [c.body] + [loop.body for loop in c.loops] for s in body
+             if isinstance(s, (Load, Store, Index))])
+
+    def index(self, e: E.Expr, env: dict[str, str], access: bool = False) -> str:
+        """C text of an index expression (`access`: of a load/store, specialised in the
+        dense version of a component), its digits merged (`form`)."""
+        e = self.form(e, access)
         if self.rows is not None:
             e = split_rows(e, self.rows)
         if self.rrows is not None:
@@ -413,13 +437,17 @@ class _Printer(FlatLoops, ReduceLoops):
         if conds:
             self.emit(2, f"if ({' && '.join(conds)}) {{  // dense: the expected strides")
             self.fast = True
+            self.plan_merges(c)
             self.component_loop(3, c)
             self.fast = False
+            self.plan_merges(c)
             self.emit(2, "} else {")
             self.component_loop(3, c)
             self.emit(2, "}")
         else:
+            self.plan_merges(c)
             self.component_loop(2, c)
+        self.merges = {}
         self.emit(1, "}")
 
     def dense_conditions(self, c: Component) -> list[str]:

@@ -14,7 +14,10 @@ epilogue. Three loop orders, chosen per component:
   COLUMN_BLOCK consecutive x are the parallel loop, r runs outside and the x of a
   block inside (one SIMD lane per column), so every load reads consecutive memory;
   accumulators and results are arrays over the block; float sums add blocks of
-  COLUMN_SUM_BLOCK rows in float, then in double. The same blocks serve short rows (at
+  COLUMN_SUM_BLOCK rows in float, then in double. Values a later loop reads again
+  live in per-thread row buffers when they fit COLUMN_ROWBUF_BYTES, else in the output
+  a later loop stores at the same (x, r) when computing them calls an exp or the like
+  (`output_stash`), else are computed again. The same blocks serve short rows (at
   most SHORT_ROW, contiguous or not): rows of at most TINY_R unroll r inside each lane,
   contiguous rows up to SHORT_ROW run blocks of ROWS_BLOCK rows with each row's r as
   the SIMD lanes (`r_simd`).
@@ -27,11 +30,11 @@ import math
 from ...codegen import expr as E
 from .build import CannotPrint
 from .flat import PARALLEL_GRAIN, simd_safe
-from .index import lowering_value, specialize
+from .index import lowering_value
 from .dtypes import (FLOATS, HALVES, INT_LIMITS, INTS, REDUCE_INIT_FLOAT, WIDE_UNSIGNED,
                         ctype)
 from ...codegen.kernel import Component, Constant, Index, Load, Op, Reduce, Store, varies_with_r
-from .rowbuf import RowPlan, plan_rows, uses
+from .rowbuf import RowPlan, costly, plan_rows, uses
 
 # columns of one block of the column order (one cache line of f32 x 4, SIMD lanes x 8)
 COLUMN_BLOCK = 64
@@ -84,14 +87,13 @@ COLUMN_SUM_BLOCK = 32
 _CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 
 
-def column_major(c: Component, specialize, expected, numel: dict[str, int] | None = None
-                 ) -> bool:
+def column_major(c: Component, dense, numel: dict[str, int] | None = None) -> bool:
     """Whether the loads of `c`'s loops that stream through memory (their index depends
     on both x and r) read consecutive memory along x rather than along r (in the dense
-    version: `specialize` is index.specialize), counting each load by its buffer's
-    number of elements (`numel`, 1 each when not given): a big stream decides, not the
-    small per-row vectors read beside it (capsule routing's weighted sums read a
-    [512, 50, 64] stream along x and three [128, 4, 50] weights along r)."""
+    version: `dense(index)` is a load's index as it prints there), counting each load by
+    its buffer's number of elements (`numel`, 1 each when not given): a big stream
+    decides, not the small per-row vectors read beside it (capsule routing's weighted
+    sums read a [512, 50, 64] stream along x and three [128, 4, 50] weights along r)."""
     along_x = along_r = 0
     x, r = E.Var("x"), E.Var("r")
 
@@ -101,7 +103,7 @@ def column_major(c: Component, specialize, expected, numel: dict[str, int] | Non
         for s in loop.body:
             if not isinstance(s, Load):
                 continue
-            e = specialize(s.index, expected)[0]
+            e = dense(s.index)
             if not {"r", "x"} <= E.free_vars(e):
                 continue      # per x (a channel's weight) or per r (a row's mean): not streams
             terms = e.terms if isinstance(e, E.Add) else (e,)
@@ -110,6 +112,15 @@ def column_major(c: Component, specialize, expected, numel: dict[str, int] | Non
             along_x += weight * any(t == x or last_digit(t, x) for t in terms)
             along_r += weight * any(t == r or last_digit(t, r) for t in terms)
     return along_x > 0 and along_x > along_r
+
+
+def _always(mask: str | None, defs: dict) -> bool:
+    """Whether a mask is true for every x < xnumel, r < rnumel: none, xmask, rmask, or
+    an `and` of such."""
+    if mask is None or mask in ("xmask", "rmask"):
+        return True
+    s = defs.get(mask)
+    return isinstance(s, Op) and s.op == "and" and all(_always(a, defs) for a in s.args)
 
 
 def short_rows(c: Component, expected) -> bool:
@@ -159,7 +170,7 @@ class ReduceLoops:
             self.single_row(depth, c)
             return
         numel = {b.name: max(1, math.prod(b.shape)) for b in self.k.buffers}
-        by_columns = self.fast and column_major(c, specialize, self.expected, numel)
+        by_columns = self.fast and column_major(c, lambda e: self.form(e, True), numel)
         if self.fast and (short_rows(c, self.expected) or by_columns):
             rn = lowering_value(c.rnumel, self.expected)
             known = type(rn) is int and not E.free_vars(c.rnumel)
@@ -254,7 +265,8 @@ class ReduceLoops:
 
     def free_row_buffers(self, depth: int) -> None:
         for buf in self.rowplan.buffers:
-            self.emit(depth, f"__builtin_free({self.rowbuf(buf)});")
+            if buf not in self.stashes:
+                self.emit(depth, f"__builtin_free({self.rowbuf(buf)});")
 
     def rowbuf(self, name: str) -> str:
         return self.names.get("rowbuf", name)
@@ -517,8 +529,22 @@ class ReduceLoops:
         plan = plan_rows(c) if rn is not None else RowPlan()
         per_element = sum(8 if dt in ("f64", "i64") else 4
                           for dt in plan.buffers.values())
-        self.rowplan = plan if rn is not None and \
-            rn * width * per_element <= COLUMN_ROWBUF_BYTES else RowPlan()
+        self.rowplan, self.stashes = plan, {}
+        if plan and rn * width * per_element > COLUMN_ROWBUF_BYTES:
+            # too big for the cache: the values are computed again, or kept in the output
+            # a later loop stores at the same (x, r) when computing them costs more
+            # (values that no output can hold are computed again, from those that one
+            # holds: var's squared deviations from the exp of its first loop)
+            exclude: set[tuple[int, str]] = set()
+            while plan:
+                self.stashes = self.output_stash(c, plan)
+                dropped = {(i, u) for i, saved in plan.saves.items()
+                           for u, buf in saved.items() if buf not in self.stashes}
+                if not dropped:
+                    break
+                exclude |= dropped
+                plan = plan_rows(c, frozenset(exclude))
+            self.rowplan = plan
         parallel = f"if(parallel: xblocks > 1 && xnumel * rnumel >= {PARALLEL_GRAIN})"
         outer = depth
         if self.rowplan:
@@ -528,6 +554,8 @@ class ReduceLoops:
             self.emit(depth, "{")
             depth += 1
             for buf, dt in self.rowplan.buffers.items():
+                if buf in self.stashes:
+                    continue
                 ct = ctype(dt)
                 # xn <= min(xnumel, B) lanes: a buffer never exceeds the
                 # input's size, whatever rnumel is at run time
@@ -569,7 +597,56 @@ class ReduceLoops:
         if self.rowplan:
             self.free_row_buffers(depth)
             self.emit(outer, "}")
-        self.rowplan = RowPlan()
+        self.rowplan, self.stashes = RowPlan(), {}
+
+    def output_stash(self, c: Component, plan: RowPlan) -> dict[str, Store]:
+        """Row buffers of `plan` (column order, too big to keep per thread) whose values
+        the output that a later loop stores at the same (x, r) holds in between: {buffer:
+        that Store}. The loop that computes the value stores it there, the loops that
+        read it load it back, and the last one overwrites it with the output's value
+        (Inductor keeps exp(-x*x) * w of an amax over 32768 rows in the output it then
+        rewrites; computing the exp again cost us 1.2-1.4x its time). Only for values
+        whose computing calls an EXPENSIVE op (a load and a store of the output cost
+        more than a few cheap ops), and only where it is exact: the output has the
+        value's dtype (no half), aliases no input, and this component does not read it
+        nor store it elsewhere; the store is unmasked (its mask is xmask & rmask, true
+        on this target) at an index of x and r alone, so every (x, r) has its own element
+        (an output is stored once per element), and follows the reads of its loop."""
+        loads = {s.buffer for loop in c.loops for s in loop.body if isinstance(s, Load)}
+        loads |= {s.buffer for s in c.body if isinstance(s, Load)}
+        stores = [s for comp in self.k.components
+                  for body in [comp.body] + [loop.body for loop in comp.loops]
+                  for s in body if isinstance(s, Store)]
+        count = {b: sum(s.buffer == b for s in stores) for b in {s.buffer for s in stores}}
+        out: dict[str, Store] = {}
+        for buf, dt in plan.buffers.items():
+            readers = sorted(j for j, rv in plan.reuses.items() if buf in rv.values())
+            if not readers or dt in HALVES or not costly(c, plan, buf):
+                continue
+            last = c.loops[readers[-1]].body
+            read_at = max(k for k, s in enumerate(last)
+                          if plan.reuses[readers[-1]].get(getattr(s, "var", None)) == buf)
+            defs = {s.var: s for s in last if hasattr(s, "var")}
+            for k, s in enumerate(last):
+                b = self.buffers.get(getattr(s, "buffer", None))
+                if not isinstance(s, Store) or k < read_at or b is None or \
+                        not b.is_output or b.dtype != dt or b.name in self.k.may_alias or \
+                        b.name in loads or count[b.name] != 1 or \
+                        any(st.buffer == b.name for st in out.values()) or \
+                        E.free_vars(self.form(s.index, True)) != {"x", "r"} or \
+                        not _always(s.mask, defs):
+                    continue
+                out[buf] = s
+                break
+        return out
+
+    def kept(self, buf: str, at: str, env: dict[str, str]) -> str:
+        """Where a lane's value kept in row buffer `buf` lives: the buffer at `at`, or the
+        output element of its stash (`output_stash`)."""
+        s = self.stashes.get(buf)
+        if s is None:
+            return f"{self.rowbuf(buf)}[{at}]"
+        return f"{self.buf(s.buffer)}[{self.index(s.index, env, access=True)}]"
 
     def column_loop(self, d: int, j: int, body, lanes: dict) -> None:
         """Loop j over r of the column order: its r-invariant statements once per block
@@ -707,12 +784,12 @@ class ReduceLoops:
             if var in reuses:
                 dt = self.rowplan.buffers[reuses[var]]
                 self.emit(depth + 1, f"const {ctype(dt)} {self.var(var)} = "
-                                     f"{self.rowbuf(reuses[var])}[{at}];")
+                                     f"{self.kept(reuses[var], at, env)};")
                 env[var] = dt
                 continue
             self.stmt(depth + 1, s, env, {**accs, **row_accs} if accs else accs)
             if var in saves:
-                self.emit(depth + 1, f"{self.rowbuf(saves[var])}[{at}] = {self.var(var)};")
+                self.emit(depth + 1, f"{self.kept(saves[var], at, env)} = {self.var(var)};")
         if r_inside:
             depth -= 1
             self.emit(depth + 1, "}")

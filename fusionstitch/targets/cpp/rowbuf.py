@@ -107,7 +107,9 @@ def _work(var: str, defs: dict, memo: dict, moving: frozenset[str]) -> int:
     return w
 
 
-def plan_rows(c: Component) -> RowPlan:
+def plan_rows(c: Component, exclude=frozenset()) -> RowPlan:
+    """The row buffers of `c`; `exclude`: (loop, var) values not to keep (a later loop
+    computes them again, from the values it reads back where those are kept)."""
     plan = RowPlan()
     if c.kind != "reduce" or len(c.loops) < 2:
         return plan
@@ -118,7 +120,8 @@ def plan_rows(c: Component) -> RowPlan:
         defs = {s.var: s for s in loop.body if hasattr(s, "var")}
         defs_of.append(defs)
         keys = _keys(loop.body)
-        matched = {v: first[k] for v, k in keys.items() if k in first and first[k][0] < j}
+        matched = {v: first[k] for v, k in keys.items()
+                   if k in first and first[k][0] < j and first[k] not in exclude}
         # the matched values that an unmatched statement of this loop reads
         frontier: list[str] = []
         for s in loop.body:
@@ -139,8 +142,14 @@ def plan_rows(c: Component) -> RowPlan:
             plan.reuses.setdefault(j, {})[v] = buf
         for v, k in keys.items():
             first.setdefault(k, (j, v))
-    if not plan:
-        return plan
+    if plan:
+        _live(c, plan)
+    return plan
+
+
+def _live(c: Component, plan: RowPlan) -> None:
+    """plan.live: per loop, the variables it still computes (what its stores and
+    reductions need, and the values it saves, less those it reads back)."""
     for j, loop in enumerate(c.loops):
         reused = plan.reuses.get(j, {})
         need = set(plan.saves.get(j, {}))
@@ -152,7 +161,29 @@ def plan_rows(c: Component) -> RowPlan:
                 if var not in reused:
                     need.update(uses(s))
         plan.live[j] = need
-    return plan
+
+
+def costly(c: Component, plan: RowPlan, buf: str) -> bool:
+    """Whether computing the value kept in `buf` again calls an EXPENSIVE op that
+    varies with r (an exp per element, not a division per row)."""
+    for j, saved in plan.saves.items():
+        for var, b in saved.items():
+            if b != buf:
+                continue
+            body = c.loops[j].body
+            defs = {s.var: s for s in body if hasattr(s, "var")}
+            moving = varies_with_r(body)
+            todo, seen = [var], set()
+            while todo:
+                v = todo.pop()
+                s = defs.get(v)
+                if v in seen or not isinstance(s, Op) or v not in moving:
+                    continue
+                seen.add(v)
+                if s.op in EXPENSIVE:
+                    return True
+                todo += s.args
+    return False
 
 
 def reused_values(c: Component) -> list[frozenset[str]] | None:
