@@ -90,3 +90,24 @@ def test_gathered_norms_match_torch(rows, width):
     for _ in range(2):       # the interpreter, then the generated per-call code
         got = prog([ids, w, gamma])[0]
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_a_buffer_an_output_may_share_stays_read_in_the_loop():
+    """A load of a buffer in `Kernel.may_alias` (an output stored into an input's memory)
+    is not moved before the loop, nor is anything computed from it: the loop's own
+    stores could change what it reads."""
+    import dataclasses
+    import os
+    from unittest import mock
+    from fusionstitch.codegen.lower import lower_group
+    from fusionstitch.ir.graph import CONSTANT, PARAMETER
+    from fusionstitch.targets.cpp.printer import cpp_source
+    g = parse(GATHERED_NORM)
+    ops = [n.name for n in g.nodes if n.op not in (PARAMETER, CONSTANT)]
+    k = lower_group(g, ops, "k")
+    ids = next(b.name for b in k.inputs if b.value == "ids")
+    k = dataclasses.replace(k, may_alias=frozenset({ids}))
+    with mock.patch.dict(os.environ, {"FUSIONSTITCH_CPU_VECMATH": "0"}):
+        src = cpp_source(k, "fs_k")
+    for before, inside in _loops(src):
+        assert "in0[x]" in inside and "in0[x]" not in before

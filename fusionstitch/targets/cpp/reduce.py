@@ -34,6 +34,7 @@ from .index import lowering_value
 from .dtypes import (FLOATS, HALVES, INT_LIMITS, INTS, REDUCE_INIT_FLOAT, WIDE_UNSIGNED,
                         ctype)
 from ...codegen.kernel import Component, Constant, Index, Load, Op, Reduce, Store, varies_with_r
+from .invariant import row_invariants
 from .rowbuf import RowPlan, costly, plan_rows, uses
 
 # columns of one block of the column order (one cache line of f32 x 4, SIMD lanes x 8)
@@ -415,25 +416,10 @@ class ReduceLoops:
             env[red.var] = red.dtype
 
     def invariant(self, j: int, body) -> list:
-        """The statements of loop `j` over r whose values are the same for every r of a
-        row (loads at x-only indices, such as a gathered row's first element, and what is
-        computed from them and from earlier loops' results), in body order: printed once
-        before the loop. The C++ compiler does not always hoist them itself: a load whose
-        index is itself loaded (an embedding row's pivot) became a SIMD gather per
-        element, 6-10x the time of the row norm around it. Values read from a row buffer
-        move with r; what the loop does not need is left out as in `loop_stmts`."""
+        """What loop `j` over r computes once per row, before it (invariant.py)."""
         plan = self.rowplan
-        reuses, live = plan.reuses.get(j, {}), plan.live.get(j)
-        moving = _moving_with_r(body, reuses)
-        stmts = [s for s in body if isinstance(s, (Load, Index, Constant, Op))
-                 and s.var not in moving and s.var not in reuses
-                 and (live is None or s.var in live)]
-        # masks and constants alone cost nothing per r: the loop is printed as it was
-        trivial = {"xmask", "rmask"}
-        for s in stmts:
-            if isinstance(s, Constant) or isinstance(s, Op) and set(s.args) <= trivial:
-                trivial.add(s.var)
-        return stmts if any(s.var not in trivial for s in stmts) else []
+        return row_invariants(body, frozenset(plan.reuses.get(j, {})), plan.live.get(j),
+                              self.k.may_alias)
 
     def loop_stmts(self, depth: int, j: int, body, env: dict[str, str], accs,
                    hoisted=frozenset()) -> None:
