@@ -1,0 +1,131 @@
+"""2-D convolutions run channels-last where the target asks for it (`Target.conv_layout`).
+
+oneDNN, torch's CPU convolution, is faster on channels-last activations (NHWC in memory)
+than on NCHW ones (measured at the sizes of bench/models.py, one thread, the six
+convolutions of resnet_infer: 773 us NCHW, 640 us channels-last; mobilenet_v2's 52,
+depthwise ones among them: 6.1 ms, 4.3 ms), and Inductor's CPU lowering runs every
+convolution so. The IR's shapes are logical and its kernels write their outputs
+contiguous, so a layout is spelled with permutes:
+
+    conv(x, w, ...)  ->  y_cl = conv(permute(clone(permute(x, NHWC)), NCHW), w, ...)
+                         y    = permute(permute(y_cl, NHWC), NCHW)
+
+- `clone(permute(x, NHWC))` is a copy a kernel makes: fused into x's producer, that
+  kernel writes x in NHWC order instead of NCHW (no extra pass over memory); its
+  `permute(.., NCHW)` is a view, the channels-last NCHW tensor torch receives.
+- torch's convolution returns a channels-last result for a channels-last input, so
+  `permute(y_cl, NHWC)` is a contiguous NHWC tensor: the kernels that read y read it
+  through `permute(.., NCHW)`, index arithmetic over a buffer with the strides they
+  expect (their dense version, targets/cpp/index.py), not the CL strides of y_cl.
+
+Correctness never depends on a layout: kernels read every input through its run-time
+strides and library calls take any strides, so where torch returns another layout (a
+size-1 dim makes NCHW and NHWC the same memory) only the speed differs.
+
+Graph outputs: a result the caller sees keeps eager's layout, so a convolution whose
+result (or a view of it) is a graph output is rewritten only when every such output is
+one whose layout nobody outside sees (`free_outputs`: a training forward's activations
+saved for its backward, which reads its inputs through their strides too); the frontend
+names those (frontend/torch.py). An input that is also a graph output is written twice
+by its producer (once NCHW for the output, once NHWC for the convolution).
+
+Not rewritten either: transposed and non-2-D convolutions, and dtypes other than f32
+(oneDNN's channels-last path is the f32/bf16 one; f64 runs torch's reference
+convolution, where the layout buys nothing; bf16 is left until measured).
+"""
+from __future__ import annotations
+
+from ..ir.graph import Graph, Node, Ref, TensorType, fresh_name, map_refs
+from ..ir.ops import lookup
+
+CONV = "convolution.default"
+PERMUTE = "permute.default"
+CLONE = "clone.default"
+TO_NHWC = (0, 2, 3, 1)
+TO_NCHW = (0, 3, 1, 2)
+LAYOUTS = ("channels_last",)
+
+
+def _permuted(t: TensorType, perm: tuple[int, ...]) -> TensorType:
+    return TensorType(tuple(t.shape[d] for d in perm), t.dtype)
+
+
+def _seen_values(g: Graph, free_outputs: frozenset[int]) -> set[str]:
+    """Values whose layout the caller sees: graph outputs at positions not in
+    `free_outputs`, and the sources of views among them (a view's strides follow its
+    source's)."""
+    seen = {o.name for k, o in enumerate(g.outputs)
+            if isinstance(o, Ref) and k not in free_outputs}
+    for n in reversed(g.nodes):
+        if n.name in seen and lookup(n.op).view and n.args and isinstance(n.args[0], Ref):
+            seen.add(n.args[0].name)
+    return seen
+
+
+def _rewritable(n: Node, types: dict, seen: set[str]) -> bool:
+    if n.op != CONV or n.kwargs or len(n.args) != 9:
+        return False
+    x, w = n.args[0], n.args[1]
+    transposed = n.args[6]
+    if not isinstance(x, Ref) or not isinstance(w, Ref) or transposed:
+        return False
+    tx, tw = types.get(x.name), types.get(w.name)
+    if not all(isinstance(t, TensorType) and t.rank == 4 and t.dtype == "f32"
+               for t in (tx, tw, n.type)):
+        return False
+    return n.name not in seen and n.type.numel != 0
+
+
+def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = frozenset()
+                        ) -> Graph:
+    """Rewrite each rewritable 2-D convolution as described in the module docstring when
+    `target.conv_layout` is "channels_last"; else `g` unchanged. The result keeps the
+    convolution's name (its final permute), so the graph's readers are untouched.
+    `free_outputs`: positions of graph outputs whose layout the caller does not see."""
+    layout = getattr(target, "conv_layout", None)
+    if layout is None:
+        return g
+    if layout not in LAYOUTS:
+        raise ValueError(f"target {target}: unknown conv_layout {layout!r}; "
+                         f"expected one of {LAYOUTS}")
+    types = {n.name: n.type for n in g.nodes}
+    seen = _seen_values(g, frozenset(free_outputs))
+    if not any(_rewritable(n, types, seen) for n in g.nodes):
+        return g
+    taken = set(types)
+    nodes: list[Node] = []
+    outputs = {r.name for r in g.output_refs}
+    renamed: dict[str, Ref] = {}    # a convolution output -> its readers' twin permute
+    for n in g.nodes:
+        if renamed and any(i in renamed for i in n.inputs):
+            n = n.replace(args=map_refs(n.args, lambda r: renamed.get(r.name, r)),
+                          kwargs=tuple((k, map_refs(v, lambda r: renamed.get(r.name, r)))
+                                       for k, v in n.kwargs))
+        if not _rewritable(n, types, seen):
+            nodes.append(n)
+            continue
+        x = n.args[0]
+        tx = types[x.name]
+        nhwc = _permuted(tx, TO_NHWC)
+        xp = Node(fresh_name(f"{n.name}_in_nhwc", taken), PERMUTE, (x, TO_NHWC), type=nhwc)
+        xh = Node(fresh_name(f"{n.name}_in_copy", taken), CLONE, (Ref(xp.name),), type=nhwc)
+        xc = Node(fresh_name(f"{n.name}_in_cl", taken), PERMUTE, (Ref(xh.name), TO_NCHW),
+                  type=tx)
+        conv = Node(fresh_name(f"{n.name}_cl", taken), CONV, (Ref(xc.name),) + n.args[1:],
+                    type=n.type)
+        yh = Node(fresh_name(f"{n.name}_nhwc", taken), PERMUTE, (Ref(conv.name), TO_NHWC),
+                  type=_permuted(n.type, TO_NHWC))
+        y = Node(n.name, PERMUTE, (Ref(yh.name), TO_NCHW), type=n.type)
+        nodes += [xp, xh, xc, conv, yh, y]
+        if n.name in outputs:
+            # a graph output is no producer a planner joins into its readers' kernel
+            # (the kernel would store it): the readers get a twin permute of their own,
+            # which they read the contiguous NHWC result through
+            read = Node(fresh_name(f"{n.name}_read", taken), PERMUTE, (Ref(yh.name), TO_NCHW),
+                        type=n.type)
+            nodes.append(read)
+            renamed[n.name] = Ref(read.name)
+    return Graph(tuple(nodes), g.outputs, g.name)
+
+
+channels_last_convs.needs_context = True
