@@ -47,7 +47,7 @@ convolution, where the layout buys nothing; bf16 is left until measured).
 from __future__ import annotations
 
 from ..ir.graph import Graph, Node, Ref, TensorType, fresh_name
-from ..ir.ops import lookup
+from ..ir.ops import Category, lookup
 
 CONV = "convolution.default"
 PERMUTE = "permute.default"
@@ -73,7 +73,42 @@ def _seen_values(g: Graph, free_outputs: frozenset[int]) -> set[str]:
     return seen
 
 
-def _rewritable(n: Node, types: dict, seen: set[str]) -> bool:
+def _across_batch(n: Node) -> bool:
+    """A reduction over dim 0 among others (batch norm's statistics in training), or one
+    whose dims are not read from its arguments (a layer norm over the channels, as
+    convnext's, is not one: dim 0 is kept)."""
+    d = lookup(n.op)
+    if d.category != Category.REDUCE:
+        return False
+    if d.reduction != "dim" or len(n.args) < 2 or not isinstance(n.args[1], (tuple, list)):
+        return True
+    return any(k == 0 for k in n.args[1])
+
+
+def _near_reductions(g: Graph) -> set[str]:
+    """Values a reduction across the batch (`_across_batch`) reads (through views), and
+    values computed from its result by elementwise ops and views: a convolution reading or
+    feeding these is left NCHW. Batch norm in training reads its convolution's result per channel and feeds
+    the next one; the stitch planner finds no schedule for a per-channel reduction fused
+    with an NHWC store or read (resnet_bottleneck_train went from 6 to 37 kernels), so
+    such a convolution stays as it was until schedules know layouts."""
+    read = set()
+    for n in reversed(g.nodes):
+        d = lookup(n.op)
+        if (_across_batch(n) or n.name in read and d.view) and n.args \
+                and isinstance(n.args[0], Ref):
+            read.add(n.args[0].name)
+    fed = set()
+    for n in g.nodes:
+        d = lookup(n.op)
+        if _across_batch(n) or (
+                d.category in (Category.ELEMENTWISE, Category.BROADCAST, Category.TUPLE)
+                or d.view) and any(i in fed for i in n.inputs):
+            fed.add(n.name)
+    return read | fed
+
+
+def _rewritable(n: Node, types: dict, seen: set[str], near: set[str] = frozenset()) -> bool:
     if n.op != CONV or n.kwargs or len(n.args) != 9:
         return False
     x, w = n.args[0], n.args[1]
@@ -84,7 +119,8 @@ def _rewritable(n: Node, types: dict, seen: set[str]) -> bool:
     if not all(isinstance(t, TensorType) and t.rank == 4 and t.dtype == "f32"
                for t in (tx, tw, n.type)):
         return False
-    return n.name not in seen and n.type.numel != 0
+    return n.name not in seen and n.name not in near and x.name not in near \
+        and n.type.numel != 0
 
 
 def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = frozenset()
@@ -101,13 +137,14 @@ def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = fr
                          f"expected one of {LAYOUTS}")
     types = {n.name: n.type for n in g.nodes}
     seen = _seen_values(g, frozenset(free_outputs))
-    if not any(_rewritable(n, types, seen) for n in g.nodes):
+    near = _near_reductions(g)
+    if not any(_rewritable(n, types, seen, near) for n in g.nodes):
         return g
     taken = set(types)
     nodes: list[Node] = []
     at_output: dict[str, Ref] = {}   # a convolution's name -> what graph outputs read
     for n in g.nodes:
-        if not _rewritable(n, types, seen):
+        if not _rewritable(n, types, seen, near):
             nodes.append(n)
             continue
         x = n.args[0]

@@ -156,3 +156,24 @@ def test_compiled_training_gradients_equal_torch():
     for (name, p), q in zip(net.named_parameters(), ref_net.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
         assert p.grad.stride() == q.grad.stride(), name
+
+
+def test_a_convolution_next_to_batch_statistics_is_left_alone():
+    # batch norm in training: statistics over (N, H, W) of the result, and the next
+    # convolution's input computed from them; planners find no schedule for such a
+    # reduction fused with an NHWC read or store (resnet_bottleneck_train: 6 -> 37 kernels)
+    b = GraphBuilder()
+    x, w, w2 = b.param((2, 4, 6, 6)), b.param((4, 4, 3, 3)), b.param((4, 4, 1, 1))
+    y = b.op("convolution.default", x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    vm = b.op("var_mean.correction", y, [0, 2, 3], correction=0, keepdim=True)
+    z = b.op("relu.default", b.op("sub.Tensor", y, b.getitem(vm, 1)))
+    y2 = b.op("convolution.default", z, w2, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    g = b.build(b.op("relu.default", y2))
+    assert channels_last_convs(g, CPU) is g
+    # a reduction over the channels alone (convnext's layer norm) does not stop it
+    b = GraphBuilder()
+    x, w = b.param((2, 4, 6, 6)), b.param((4, 4, 3, 3))
+    y = b.op("convolution.default", x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    p = b.op("permute.default", y, [0, 2, 3, 1])
+    g = b.build(b.op("sum.dim_IntList", p, [3], True))
+    assert "clone.default" in _ops(channels_last_convs(g, CPU))
