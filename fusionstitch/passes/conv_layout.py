@@ -73,7 +73,7 @@ def _seen_values(g: Graph, free_outputs: frozenset[int]) -> set[str]:
     return seen
 
 
-def _across_batch(n: Node) -> bool:
+def _across_batch(n: Node, types: dict) -> bool:
     """A reduction over dim 0 among others (batch norm's statistics in training), or one
     whose dims are not read from its arguments (a layer norm over the channels, as
     convnext's, is not one: dim 0 is kept)."""
@@ -82,10 +82,12 @@ def _across_batch(n: Node) -> bool:
         return False
     if d.reduction != "dim" or len(n.args) < 2 or not isinstance(n.args[1], (tuple, list)):
         return True
-    return any(k == 0 for k in n.args[1])
+    t = types.get(n.args[0].name) if isinstance(n.args[0], Ref) else None
+    rank = t.rank if isinstance(t, TensorType) else 0
+    return any(k == 0 or rank and k % rank == 0 for k in n.args[1])
 
 
-def _near_reductions(g: Graph) -> set[str]:
+def _near_reductions(g: Graph, types: dict) -> set[str]:
     """Values a reduction across the batch (`_across_batch`) reads (through views), and
     values computed from its result by elementwise ops and views: a convolution reading or
     feeding these is left NCHW. Batch norm in training reads its convolution's result per channel and feeds
@@ -95,13 +97,13 @@ def _near_reductions(g: Graph) -> set[str]:
     read = set()
     for n in reversed(g.nodes):
         d = lookup(n.op)
-        if (_across_batch(n) or n.name in read and d.view) and n.args \
+        if (_across_batch(n, types) or n.name in read and d.view) and n.args \
                 and isinstance(n.args[0], Ref):
             read.add(n.args[0].name)
     fed = set()
     for n in g.nodes:
         d = lookup(n.op)
-        if _across_batch(n) or (
+        if _across_batch(n, types) or (
                 d.category in (Category.ELEMENTWISE, Category.BROADCAST, Category.TUPLE)
                 or d.view) and any(i in fed for i in n.inputs):
             fed.add(n.name)
@@ -137,7 +139,7 @@ def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = fr
                          f"expected one of {LAYOUTS}")
     types = {n.name: n.type for n in g.nodes}
     seen = _seen_values(g, frozenset(free_outputs))
-    near = _near_reductions(g)
+    near = _near_reductions(g, types)
     if not any(_rewritable(n, types, seen, near) for n in g.nodes):
         return g
     taken = set(types)

@@ -177,3 +177,11 @@ def test_a_convolution_next_to_batch_statistics_is_left_alone():
     p = b.op("permute.default", y, [0, 2, 3, 1])
     g = b.build(b.op("sum.dim_IntList", p, [3], True))
     assert "clone.default" in _ops(channels_last_convs(g, CPU))
+
+
+def test_batch_statistics_over_negative_dims_count_too():
+    b = GraphBuilder()
+    x, w = b.param((2, 4, 6, 6)), b.param((4, 4, 3, 3))
+    y = b.op("convolution.default", x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    g = b.build(b.op("sum.dim_IntList", y, [-4, -2, -1], True))
+    assert channels_last_convs(g, CPU) is g
