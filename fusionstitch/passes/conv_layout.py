@@ -22,9 +22,9 @@ contiguous, so a layout is spelled with permutes:
   kernel, which would otherwise store the NCHW permute and undo the copy.
 
 Measured (thread time, one thread, small sizes, in one process alternating):
-mobilenet_v2_infer 17.4 -> 15.2 ms; resnet_infer's gain (~0.13 ms in its
-convolutions) is about what the two views per convolution cost in the per-call code
-(~4 us each on the CI machine). The weight stays NCHW: torch reorders it inside each
+mobilenet_v2_infer 15.3 -> 13.3 ms; resnet_infer even, convnext_infer 4-5% slower:
+their gain in the library (~0.1 ms) is about what the two views per convolution
+(~4 us each on the CI machine) and the copies cost (bench/results/conv_layout_cpu_*). The weight stays NCHW: torch reorders it inside each
 call; by hand, resnet's six convolutions with weights already channels-last take 544 us
 against 640, so a weight copy made by a kernel of ours (Inductor's choice) is the next
 step, not taken yet.
