@@ -54,6 +54,9 @@ class Request:
     static: bool = False                # every call has the first call's sizes and strides
     symbols: list | None = None         # a graph of symbolic sizes: its size symbols
     verify: bool = False                # check the IR after every canonicalisation pass
+    # positions of graph outputs whose memory layout the caller never sees (a training
+    # forward's values saved for its backward): passes may pick their layout
+    free_outputs: frozenset = frozenset()
     guards: symbolic.Guards = field(default_factory=symbolic.Guards)
     # the caller's policy for a built program (the frontend counts it, refuses its
     # fallbacks under FUSIONSTITCH_STRICT=all, logs them)
@@ -73,7 +76,8 @@ def frontend(req: Request, _: None) -> Graph:
 
 
 def canonicalise(req: Request, graph: Graph) -> Graph:
-    return canonicalize(graph, verify=req.verify, dump=req.dump)
+    return canonicalize(graph, verify=req.verify, dump=req.dump, target=req.target,
+                        free_outputs=req.free_outputs)
 
 
 def plan(req: Request, graph: Graph) -> FusionPlan:

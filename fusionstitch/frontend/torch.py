@@ -101,6 +101,25 @@ class Specialisation:
         return self.guarded is not None
 
 
+def saved_outputs(kind: str, gm: torch.fx.GraphModule) -> frozenset[int]:
+    """Positions of the outputs of the forward graph AOTAutograd is compiling now that are
+    saved for its backward (after the mutated inputs, the user outputs and the
+    intermediate bases): only the backward reads them, through their strides, so their
+    memory layout is free (passes/conv_layout.py). Empty for other graphs, or when the
+    metadata is not of the layout this torch has. Call it while the compiler callback
+    runs (the tracing context is gone by the first call)."""
+    if kind != "forward":
+        return frozenset()
+    meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+    try:
+        seen = len(meta.mutated_inp_runtime_indices) + len(meta.output_info) + \
+            meta.num_intermediate_bases
+        outputs = gm.graph.output_node().args[0]
+        return frozenset(range(seen, len(outputs)))
+    except (AttributeError, TypeError):   # no metadata, or another torch's layout
+        return frozenset()
+
+
 _FALLBACK = object()
 _SHAPE, _DTYPE, _IS_CUDA = attrgetter("shape"), attrgetter("dtype"), attrgetter("is_cuda")
 
@@ -128,6 +147,7 @@ class CompiledGraph:
             from ..runtime.inplace import mutated_input_pairs
             mutated = mutated_input_pairs(kind)
         self.mutated = mutated
+        self.free_outputs = saved_outputs(kind, gm)
         self._tensor_only: bool | None = None
         # a graph whose inputs all have static sizes is called with those sizes, dtypes
         # and devices only (Dynamo guards them, and the graph has them baked in): after
@@ -277,6 +297,7 @@ class CompiledGraph:
         req = Request(
             self.name, self.options.strategy, resolve(target), translate,
             execute=self.execute, device=device, mutated=mutated, static=bool(self._static),
+            free_outputs=self.free_outputs if binding is None else frozenset(),
             symbols=binding.symbols if binding is not None else None,
             verify=config.verify_enabled() and binding is None, accept=self._accept,
             runner=(lambda p: _symbolic_runner(p, binding)) if binding is not None else None,

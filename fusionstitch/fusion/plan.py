@@ -199,6 +199,11 @@ def quotient(graph: Graph, groups) -> Quotient:
     return Quotient(units, owner, succ, position)
 
 
+# a copy whose permuted view leaves its group as a view (detach_views)
+LAYOUT_COPY = "clone.default"
+PERMUTES = frozenset({"permute.default"})
+
+
 def detach_views(graph: Graph, names) -> frozenset:
     """`names` without the views (reshapes, aliases, expands) a kernel would only copy:
 
@@ -209,6 +214,9 @@ def detach_views(graph: Graph, names) -> frozenset:
     - a view that only leaves the group while its source leaves it too: the kernel
       would store the same elements twice (AOTAutograd saves `alias(relu(x))` next
       to `relu(x)`); it runs after the kernel, a real view of the stored source.
+      So too a permute of a copy (`clone`) made in the group: the copy is there to
+      store its value in the permuted order (passes/conv_layout.py hands torch
+      channels-last tensors so), which storing the permute would undo.
 
     Alone, such a view is a free group: a view as eager gives, no data moved."""
     names = set(names)
@@ -230,7 +238,8 @@ def detach_views(graph: Graph, names) -> frozenset:
                 continue
             if any(u in names for u in graph.users[n]):
                 continue
-            if src in outputs or any(u not in names and u != n for u in graph.users[src]):
+            if src in outputs or any(u not in names and u != n for u in graph.users[src]) \
+                    or (graph[src].op == LAYOUT_COPY and node.op in PERMUTES):
                 names.discard(n)
                 changed = True
     return frozenset(names)

@@ -6,6 +6,7 @@ from typing import Callable
 
 from ..ir.graph import Graph
 from .constant_fold import constant_fold
+from .conv_layout import channels_last_convs
 from .cse import cse
 from .broadcast_bmm import unbroadcast_bmm
 from .dce import dce
@@ -18,7 +19,9 @@ Pass = Callable[[Graph], Graph]
 
 # One pass over this list reaches a fixpoint on typical graphs: no pass creates
 # work for an earlier one (CSE and DCE only merge or drop nodes, never making a
-# new view chain or a new all-constant node).
+# new view chain or a new all-constant node). conv_layout makes permute pairs on
+# purpose (a layout the runtime keeps); it must stay after fold_views. A pass
+# marked `needs_context` is called as run(graph, target, free_outputs).
 PIPELINE: tuple[tuple[str, Pass, str], ...] = (
     ("unbroadcast_bmm", unbroadcast_bmm,
      "first: a bmm of broadcasts becomes one mm before matvec looks at bmm shapes"),
@@ -30,14 +33,25 @@ PIPELINE: tuple[tuple[str, Pass, str], ...] = (
      "before CSE so that equal folded constants merge; needs no CSE itself"),
     ("cse", cse,
      "after folding, when equal computations are spelled alike"),
+    ("conv_layout", channels_last_convs,
+     "after fold_views, which would cancel its permute pairs, and after CSE, so that "
+     "twin convolutions are one; target-gated (Target.conv_layout: cpu runs convolutions "
+     "channels-last)"),
     ("dce", dce,
      "last: drops what folding and CSE left without users"),
 )
 
 
 def canonicalize(g: Graph, *, verify: bool = False,
-                 dump: Callable[[str, Graph], None] | None = None) -> Graph:
+                 dump: Callable[[str, Graph], None] | None = None,
+                 target=None, free_outputs: frozenset[int] = frozenset()) -> Graph:
     """Run every pass of PIPELINE in order.
+
+    target: the Target the graph is compiled for (a duck: passes sit below targets),
+    read by the passes marked `needs_context` (conv_layout); None: no target-gated
+    rewrite runs. free_outputs: positions of graph outputs whose memory layout the
+    caller does not see (a training forward's values saved for its backward); the others
+    keep the layout eager gives them.
 
     verify: check the graph with `ir.verify.verify` before the first pass and
     after each one. dump: called as dump(pass_name, graph) after each pass.
@@ -48,7 +62,7 @@ def canonicalize(g: Graph, *, verify: bool = False,
         check(g)
     for name, run, _reason in PIPELINE:
         before = len(g)
-        g = run(g)
+        g = run(g, target, free_outputs) if getattr(run, "needs_context", False) else run(g)
         log.debug("pass %s: %d -> %d nodes", name, before, len(g))
         if check is not None:
             check(g)

@@ -60,6 +60,10 @@ class Target:
     # limits: a fused kernel may recompute up to this factor of its parts' own ops
     # (XLA's code-duplication rule; None: no limit)
     max_recompute: float | None = None
+    # the memory layout 2-D convolutions (library calls) run in: None, as the graph has
+    # them (NCHW); "channels_last": activations handed over NHWC in memory, results read
+    # back so (passes/conv_layout.py; oneDNN on CPU is faster so)
+    conv_layout: str | None = None
     language: Language | None = None
 
     def __str__(self) -> str:     # messages name the target as they always did

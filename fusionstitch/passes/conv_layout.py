@@ -1,0 +1,174 @@
+"""2-D convolutions run channels-last where the target asks for it (`Target.conv_layout`).
+
+oneDNN, torch's CPU convolution, is faster on channels-last activations (NHWC in memory)
+than on NCHW ones (measured at the sizes of bench/models.py, one thread, the six
+convolutions of resnet_infer: 773 us NCHW, 640 us channels-last; mobilenet_v2's 52,
+depthwise ones among them: 6.1 ms, 4.3 ms), and Inductor's CPU lowering runs every
+convolution so. The IR's shapes are logical and its kernels write their outputs
+contiguous, so a layout is spelled with permutes:
+
+    conv(x, w, ...)  ->  y_cl = conv(permute(clone(permute(x, NHWC)), NCHW), w, ...)
+                         y    = permute(permute(y_cl, NHWC), NCHW)
+
+- `clone(permute(x, NHWC))` is a copy a kernel makes: fused into x's producer, that
+  kernel writes x in NHWC order instead of NCHW (no extra pass over memory); its
+  `permute(.., NCHW)` is a view, the channels-last NCHW tensor torch receives.
+- torch's convolution returns a channels-last result for a channels-last input, so
+  `permute(y_cl, NHWC)` is a contiguous NHWC tensor: the kernels that read y read it
+  through `permute(.., NCHW)`, index arithmetic over a buffer with the strides they
+  expect (their dense version, targets/cpp/index.py), not the CL strides of y_cl.
+  A graph output that was y (saved for a backward) becomes y_cl itself.
+- `detach_views` (fusion/plan.py) keeps `permute(clone(..))` out of the producer's
+  kernel, which would otherwise store the NCHW permute and undo the copy.
+
+Measured (thread time, one thread, small sizes, in one process alternating):
+mobilenet_v2_infer 15.3 -> 13.3 ms; resnet_infer even, convnext_infer 4-5% slower:
+their gain in the library (~0.1 ms) is about what the two views per convolution
+(~4 us each on the CI machine) and the copies cost (bench/results/conv_layout_cpu_*). The weight stays NCHW: torch reorders it inside each
+call; by hand, resnet's six convolutions with weights already channels-last take 544 us
+against 640, so a weight copy made by a kernel of ours (Inductor's choice) is the next
+step, not taken yet.
+
+Correctness never depends on a layout: kernels read every input through its run-time
+strides and library calls take any strides, so where torch returns another layout (a
+size-1 dim makes NCHW and NHWC the same memory) only the speed differs.
+
+Graph outputs: a result the caller sees keeps eager's layout, so a convolution whose
+result (or a view of it) is a graph output is rewritten only when every such output is
+one whose layout nobody outside sees (`free_outputs`: a training forward's activations
+saved for its backward, which reads its inputs through their strides too); the frontend
+names those (frontend/torch.py). An input that is also a graph output is written twice
+by its producer (once NCHW for the output, once NHWC for the convolution).
+
+Not rewritten either: transposed and non-2-D convolutions, and dtypes other than f32
+(oneDNN's channels-last path is the f32/bf16 one; f64 runs torch's reference
+convolution, where the layout buys nothing; bf16 is left until measured).
+"""
+from __future__ import annotations
+
+from ..ir.graph import Graph, Node, Ref, TensorType, fresh_name
+from ..ir.ops import Category, lookup
+
+CONV = "convolution.default"
+PERMUTE = "permute.default"
+CLONE = "clone.default"
+TO_NHWC = (0, 2, 3, 1)
+TO_NCHW = (0, 3, 1, 2)
+LAYOUTS = ("channels_last",)
+
+
+def _permuted(t: TensorType, perm: tuple[int, ...]) -> TensorType:
+    return TensorType(tuple(t.shape[d] for d in perm), t.dtype)
+
+
+def _seen_values(g: Graph, free_outputs: frozenset[int]) -> set[str]:
+    """Values whose layout the caller sees: graph outputs at positions not in
+    `free_outputs`, and the sources of views among them (a view's strides follow its
+    source's)."""
+    seen = {o.name for k, o in enumerate(g.outputs)
+            if isinstance(o, Ref) and k not in free_outputs}
+    for n in reversed(g.nodes):
+        if n.name in seen and lookup(n.op).view and n.args and isinstance(n.args[0], Ref):
+            seen.add(n.args[0].name)
+    return seen
+
+
+def _across_batch(n: Node, types: dict) -> bool:
+    """A reduction over dim 0 among others (batch norm's statistics in training), or one
+    whose dims are not read from its arguments (a layer norm over the channels, as
+    convnext's, is not one: dim 0 is kept)."""
+    d = lookup(n.op)
+    if d.category != Category.REDUCE:
+        return False
+    if d.reduction != "dim" or len(n.args) < 2 or not isinstance(n.args[1], (tuple, list)):
+        return True
+    t = types.get(n.args[0].name) if isinstance(n.args[0], Ref) else None
+    rank = t.rank if isinstance(t, TensorType) else 0
+    return any(k == 0 or rank and k % rank == 0 for k in n.args[1])
+
+
+def _near_reductions(g: Graph, types: dict) -> set[str]:
+    """Values a reduction across the batch (`_across_batch`) reads (through views), and
+    values computed from its result by elementwise ops and views: a convolution reading or
+    feeding these is left NCHW. Batch norm in training reads its convolution's result per channel and feeds
+    the next one; the stitch planner finds no schedule for a per-channel reduction fused
+    with an NHWC store or read (resnet_bottleneck_train went from 6 to 37 kernels), so
+    such a convolution stays as it was until schedules know layouts."""
+    read = set()
+    for n in reversed(g.nodes):
+        d = lookup(n.op)
+        if (_across_batch(n, types) or n.name in read and d.view) and n.args \
+                and isinstance(n.args[0], Ref):
+            read.add(n.args[0].name)
+    fed = set()
+    for n in g.nodes:
+        d = lookup(n.op)
+        if _across_batch(n, types) or (
+                d.category in (Category.ELEMENTWISE, Category.BROADCAST, Category.TUPLE)
+                or d.view) and any(i in fed for i in n.inputs):
+            fed.add(n.name)
+    return read | fed
+
+
+def _rewritable(n: Node, types: dict, seen: set[str], near: set[str] = frozenset()) -> bool:
+    if n.op != CONV or n.kwargs or len(n.args) != 9:
+        return False
+    x, w = n.args[0], n.args[1]
+    transposed = n.args[6]
+    if not isinstance(x, Ref) or not isinstance(w, Ref) or transposed:
+        return False
+    tx, tw = types.get(x.name), types.get(w.name)
+    if not all(isinstance(t, TensorType) and t.rank == 4 and t.dtype == "f32"
+               for t in (tx, tw, n.type)):
+        return False
+    return n.name not in seen and n.name not in near and x.name not in near \
+        and n.type.numel != 0
+
+
+def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = frozenset()
+                        ) -> Graph:
+    """Rewrite each rewritable 2-D convolution as described in the module docstring when
+    `target.conv_layout` is "channels_last"; else `g` unchanged. The result keeps the
+    convolution's name (its final permute), so the graph's readers are untouched.
+    `free_outputs`: positions of graph outputs whose layout the caller does not see."""
+    layout = getattr(target, "conv_layout", None)
+    if layout is None:
+        return g
+    if layout not in LAYOUTS:
+        raise ValueError(f"target {target}: unknown conv_layout {layout!r}; "
+                         f"expected one of {LAYOUTS}")
+    types = {n.name: n.type for n in g.nodes}
+    seen = _seen_values(g, frozenset(free_outputs))
+    near = _near_reductions(g, types)
+    if not any(_rewritable(n, types, seen, near) for n in g.nodes):
+        return g
+    taken = set(types)
+    nodes: list[Node] = []
+    at_output: dict[str, Ref] = {}   # a convolution's name -> what graph outputs read
+    for n in g.nodes:
+        if not _rewritable(n, types, seen, near):
+            nodes.append(n)
+            continue
+        x = n.args[0]
+        tx = types[x.name]
+        nhwc = _permuted(tx, TO_NHWC)
+        xp = Node(fresh_name(f"{n.name}_in_nhwc", taken), PERMUTE, (x, TO_NHWC), type=nhwc)
+        xh = Node(fresh_name(f"{n.name}_in_copy", taken), CLONE, (Ref(xp.name),), type=nhwc)
+        xc = Node(fresh_name(f"{n.name}_in_cl", taken), PERMUTE, (Ref(xh.name), TO_NCHW),
+                  type=tx)
+        conv = Node(fresh_name(f"{n.name}_cl", taken), CONV, (Ref(xc.name),) + n.args[1:],
+                    type=n.type)
+        yh = Node(fresh_name(f"{n.name}_nhwc", taken), PERMUTE, (Ref(conv.name), TO_NHWC),
+                  type=_permuted(n.type, TO_NHWC))
+        y = Node(n.name, PERMUTE, (Ref(yh.name), TO_NCHW), type=n.type)
+        nodes += [xp, xh, xc, conv, yh, y]
+        # a graph output here is one saved for a backward (`seen` holds the others): it
+        # is the convolution's own channels-last result, no view of it made per call;
+        # `y`, read only inside the graph, is joined by planners into its readers' kernels
+        # (a graph output would not be: the kernel would store it)
+        at_output[n.name] = Ref(conv.name)
+    outputs = tuple(at_output.get(o.name, o) if isinstance(o, Ref) else o for o in g.outputs)
+    return Graph(tuple(nodes), outputs, g.name)
+
+
+channels_last_convs.needs_context = True

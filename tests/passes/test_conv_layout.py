@@ -1,0 +1,187 @@
+"""channels_last_convs (passes/conv_layout.py): on targets whose `conv_layout` is
+"channels_last" (cpu), 2-D f32 convolutions take channels-last inputs and hand their
+results to kernels as contiguous NHWC values; other targets, other convolutions and
+results the caller sees are left alone. Numbers match torch within the error bound of a
+sum evaluated in another order."""
+import pytest
+import torch
+
+import fusionstitch
+from fusionstitch.frontend.build import GraphBuilder
+from fusionstitch.passes import canonicalize
+from fusionstitch.passes.conv_layout import channels_last_convs
+from fusionstitch.targets import CPU, CUDA, INTERPRET, TORCH
+
+from helpers_passes import random_inputs, run_graph
+
+EPS32 = torch.finfo(torch.float32).eps
+
+
+def _conv_graph(x_shape=(2, 4, 9, 7), w_shape=(6, 4, 3, 3), bias=True, stride=(1, 1),
+                padding=(1, 1), dilation=(1, 1), groups=1, dtype="f32", out_is_conv=False,
+                transposed=False):
+    b = GraphBuilder()
+    x = b.param(x_shape, dtype)
+    w = b.param(w_shape, dtype)
+    bb = b.param((w_shape[1] if transposed else w_shape[0],), dtype) if bias else None
+    r = b.op("relu.default", x)
+    y = b.op("convolution.default", r, w, bb, list(stride), list(padding), list(dilation),
+             transposed, [0] * (len(x_shape) - 2), groups)
+    out = b.op("mul.Scalar", b.op("relu.default", y), 2.0)
+    return b.build(out, y) if out_is_conv else b.build(out)
+
+
+def _ops(g):
+    return [n.op for n in g.ops]
+
+
+def _within_bound(a, b, x, w, bias, groups, stride, padding, dilation):
+    """|a - b| within the bound of two evaluation orders of each output's sum of K
+    products in f32 (Higham: gamma_K = K eps / (1 - K eps) each, so about 2 K eps
+    together), scaled by the sum of the products' magnitudes (the convolution of |x|
+    and |w|, bias included as one more term)."""
+    k = w.shape[1] * w.shape[2] * w.shape[3] + 1
+    mag = torch.nn.functional.conv2d(x.abs().double(), w.abs().double(),
+                                     None if bias is None else bias.abs().double(), stride,
+                                     padding, dilation, groups)
+    gamma = k * EPS32 / (1 - k * EPS32)
+    return bool(((a.double() - b.double()).abs() <= 2 * gamma * (mag + 1e-30)).all())
+
+
+def test_cpu_rewrites_other_targets_do_not():
+    g = _conv_graph()
+    new = channels_last_convs(g, CPU)
+    assert _ops(new).count("clone.default") == 1
+    assert _ops(new).count("permute.default") == 4
+    assert _ops(new).count("convolution.default") == 1
+    for target in (CUDA, INTERPRET, TORCH, None):
+        assert channels_last_convs(g, target) is g
+    # through the pipeline: only with the cpu target
+    assert "clone.default" in _ops(canonicalize(g, target=CPU))
+    assert "clone.default" not in _ops(canonicalize(g, target=CUDA))
+    assert "clone.default" not in _ops(canonicalize(g))
+
+
+def test_graph_values_equal_torch():
+    g = _conv_graph()
+    new = channels_last_convs(g, CPU)
+    for seed in (0, 1):
+        xs = random_inputs(g, seed)
+        (a,), (b,) = run_graph(g, xs), run_graph(new, xs)
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(x_shape=(2, 4, 9), w_shape=(6, 4, 3), stride=(1,), padding=(1,), dilation=(1,)),
+    dict(dtype="f64"),
+    dict(transposed=True, w_shape=(4, 6, 3, 3)),
+])
+def test_other_convolutions_are_left_alone(kw):
+    g = _conv_graph(**kw)
+    assert channels_last_convs(g, CPU) is g
+
+
+def test_a_result_the_caller_sees_keeps_its_layout():
+    g = _conv_graph(out_is_conv=True)          # the convolution is output 1
+    assert channels_last_convs(g, CPU) is g
+    # saved for a backward (the frontend says so): its layout is free, and the output
+    # is the convolution's own channels-last result, no view of it
+    new = channels_last_convs(g, CPU, free_outputs=frozenset({1}))
+    assert "clone.default" in _ops(new)
+    assert new[new.outputs[1].name].op == "convolution.default"
+    # readers inside the graph read the permute named as the convolution was
+    assert new[g.outputs[1].name].op == "permute.default"
+    for seed in (0, 1):
+        xs = random_inputs(g, seed)
+        for a, b in zip(run_graph(g, xs), run_graph(new, xs), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+# configs: (N, C, H, W), (O, C/groups, kh, kw), bias, stride, padding, dilation, groups
+CONFIGS = [
+    ((2, 4, 9, 7), (6, 4, 3, 3), True, (1, 1), (1, 1), (1, 1), 1),
+    ((1, 3, 11, 13), (5, 3, 3, 3), False, (2, 2), (0, 0), (1, 1), 1),      # batch 1
+    ((2, 8, 10, 10), (8, 1, 3, 3), True, (1, 1), (1, 1), (1, 1), 8),       # depthwise
+    ((2, 8, 10, 10), (8, 1, 3, 3), False, (2, 2), (1, 1), (1, 1), 8),
+    ((2, 6, 12, 9), (4, 3, 3, 3), True, (1, 2), (2, 1), (2, 1), 2),        # grouped, dilated
+    ((2, 16, 5, 5), (32, 16, 1, 1), False, (1, 1), (0, 0), (1, 1), 1),     # pointwise
+    ((3, 1, 7, 7), (4, 1, 5, 5), True, (1, 1), (2, 2), (1, 1), 1),         # one channel
+    ((2, 4, 1, 1), (4, 4, 1, 1), True, (1, 1), (0, 0), (1, 1), 1),         # 1x1 image
+    ((2, 5, 17, 3), (7, 5, 2, 3), True, (3, 1), (0, 1), (1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_compiled_convolutions_equal_torch(cfg):
+    xs, ws, bias, stride, padding, dilation, groups = cfg
+
+    def f(x, w, b):
+        # relu and * 2 are exact: the result differs from eager's by the convolution's
+        # summation order alone
+        y = torch.nn.functional.conv2d(torch.relu(x), w, b, stride, padding, dilation, groups)
+        return torch.relu(y) * 2
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(xs, generator=g)
+    w = torch.randn(ws, generator=g)
+    b = torch.randn(ws[0], generator=g) if bias else None
+    copies = [x.clone(), w.clone()]
+    strides = [x.stride(), w.stride()]
+    torch._dynamo.reset()
+    out = torch.compile(f, backend=fusionstitch.backend(target="cpu"))(x, w, b)
+    ref = f(x, w, b)
+    assert out.shape == ref.shape
+    assert _within_bound(out / 2, ref / 2, torch.relu(x), w, b, groups, stride, padding,
+                         dilation)
+    assert out.stride() == ref.stride()            # the caller gets eager's layout
+    # the caller's tensors are neither written nor re-laid out
+    assert torch.equal(x, copies[0]) and torch.equal(w, copies[1])
+    assert [x.stride(), w.stride()] == strides
+
+
+def test_compiled_training_gradients_equal_torch():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(8, 8, 3, padding=1, groups=8),
+                              torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1))
+    ref_net = __import__("copy").deepcopy(net)
+    x = torch.randn(2, 3, 9, 9)
+
+    torch._dynamo.reset()
+    comp = torch.compile(net, backend=fusionstitch.backend(target="cpu"))
+    for model, xin in ((comp, x.clone()), (ref_net, x.clone())):
+        out = model(torch.relu(xin))
+        out.sigmoid().sum().backward()
+    for (name, p), q in zip(net.named_parameters(), ref_net.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+        assert p.grad.stride() == q.grad.stride(), name
+
+
+def test_a_convolution_next_to_batch_statistics_is_left_alone():
+    # batch norm in training: statistics over (N, H, W) of the result, and the next
+    # convolution's input computed from them; planners find no schedule for such a
+    # reduction fused with an NHWC read or store (resnet_bottleneck_train: 6 -> 37 kernels)
+    b = GraphBuilder()
+    x, w, w2 = b.param((2, 4, 6, 6)), b.param((4, 4, 3, 3)), b.param((4, 4, 1, 1))
+    y = b.op("convolution.default", x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    vm = b.op("var_mean.correction", y, [0, 2, 3], correction=0, keepdim=True)
+    z = b.op("relu.default", b.op("sub.Tensor", y, b.getitem(vm, 1)))
+    y2 = b.op("convolution.default", z, w2, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    g = b.build(b.op("relu.default", y2))
+    assert channels_last_convs(g, CPU) is g
+    # a reduction over the channels alone (convnext's layer norm) does not stop it
+    b = GraphBuilder()
+    x, w = b.param((2, 4, 6, 6)), b.param((4, 4, 3, 3))
+    y = b.op("convolution.default", x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    p = b.op("permute.default", y, [0, 2, 3, 1])
+    g = b.build(b.op("sum.dim_IntList", p, [3], True))
+    assert "clone.default" in _ops(channels_last_convs(g, CPU))
+
+
+def test_batch_statistics_over_negative_dims_count_too():
+    b = GraphBuilder()
+    x, w = b.param((2, 4, 6, 6)), b.param((4, 4, 3, 3))
+    y = b.op("convolution.default", x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    g = b.build(b.op("sum.dim_IntList", y, [-4, -2, -1], True))
+    assert channels_last_convs(g, CPU) is g
