@@ -157,6 +157,27 @@ def product(sizes) -> Expr:
     return mul(*sizes) if sizes else ONE
 
 
+def rewrite(e: Expr, replace) -> Expr:
+    """`e` with each sub-expression for which `replace` gives an Expr (not None) replaced
+    by it, outermost first (a replacement is not rewritten again); the nodes around
+    rebuilt through the simplifying constructors (`add`, `mul`, `floordiv`, `mod`)."""
+    r = replace(e)
+    if r is not None:
+        return r
+    if isinstance(e, Add):
+        return add(*(rewrite(t, replace) for t in e.terms))
+    if isinstance(e, Mul):
+        return mul(*(rewrite(t, replace) for t in e.factors))
+    if isinstance(e, FloorDiv):
+        return floordiv(rewrite(e.a, replace), rewrite(e.b, replace))
+    if isinstance(e, Mod):
+        return mod(rewrite(e.a, replace), rewrite(e.b, replace))
+    if isinstance(e, Digit):
+        return Digit(rewrite(e.base, replace), tuple(rewrite(z, replace) for z in e.sizes),
+                     e.k)
+    return e
+
+
 def unravel(base: Expr, sizes: tuple[Expr, ...]) -> tuple[Expr, ...]:
     """Row-major multi-index of a linear index; size-1 dims give 0."""
     out = []

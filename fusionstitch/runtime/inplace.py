@@ -163,21 +163,8 @@ def _contiguous(index: E.Expr, buf, sizes: dict[int, E.Expr]) -> E.Expr:
         if isinstance(s, E.Sym):
             row_major[s.name] = E.product(dims[d + 1:])
 
-    def go(e: E.Expr) -> E.Expr:
-        if isinstance(e, E.Sym) and e.name in row_major:
-            return row_major[e.name]
-        if isinstance(e, E.Add):
-            return E.add(*(go(t) for t in e.terms))
-        if isinstance(e, E.Mul):
-            return E.mul(*(go(t) for t in e.factors))
-        if isinstance(e, E.FloorDiv):
-            return E.floordiv(go(e.a), go(e.b))
-        if isinstance(e, E.Mod):
-            return E.mod(go(e.a), go(e.b))
-        if isinstance(e, E.Digit):
-            return E.Digit(go(e.base), tuple(go(s) for s in e.sizes), e.k)
-        return e
-    return go(index)
+    return E.rewrite(index, lambda e: row_major.get(e.name) if isinstance(e, E.Sym)
+                     else None)
 
 
 def kernel_hazard(kernel: Kernel, param: str, out_buf) -> str | None:

@@ -35,3 +35,13 @@ def test_c_and_python_printing():
     assert E.to_source(e, "/") == "(x + ks0) / ks1"
     assert E.free_vars(e) == {"x"}
     assert {s.name for s in E.syms(e)} == {"ks0", "ks1"}
+
+
+def test_rewrite_replaces_outermost_first_and_simplifies_around():
+    x, s = E.Var("x"), E.Sym("s", 3)
+    e = E.add(E.mul(x, s), E.floordiv(x, s), E.Digit(x, (s, E.Const(4)), 1))
+    got = E.rewrite(e, lambda t: E.Const(1) if t == s else None)
+    assert got == E.add(x, x, E.Digit(x, (E.Const(1), E.Const(4)), 1))   # x*1, x//1 fold
+    # a replacement is not rewritten again; nothing matched: the same value
+    assert E.rewrite(s, lambda t: E.mul(s, s) if t == s else None) == E.mul(s, s)
+    assert E.rewrite(e, lambda t: None) == e

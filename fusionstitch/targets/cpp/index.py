@@ -336,19 +336,8 @@ def merge_digits(e: E.Expr, plan) -> E.Expr:
                     fold[(u[0], u[1], j)] = (u, merged, g, b)
 
     def sub(x: E.Expr) -> E.Expr:
-        if isinstance(x, E.Digit) and (x.base, x.sizes, x.k) in lone:
-            return lone[(x.base, x.sizes, x.k)]
-        if isinstance(x, E.Add):
-            return E.add(*(sub(t) for t in x.terms))
-        if isinstance(x, E.Mul):
-            return E.mul(*(sub(t) for t in x.factors))
-        if isinstance(x, E.FloorDiv):
-            return E.floordiv(sub(x.a), sub(x.b))
-        if isinstance(x, E.Mod):
-            return E.mod(sub(x.a), sub(x.b))
-        if isinstance(x, E.Digit):
-            return E.Digit(sub(x.base), tuple(sub(s) for s in x.sizes), x.k)
-        return x
+        return E.rewrite(x, lambda d: lone.get((d.base, d.sizes, d.k))
+                         if isinstance(d, E.Digit) else None)
     out: list[E.Expr] = []
     done: set[tuple] = set()
     for t in (e.terms if isinstance(e, E.Add) else (e,)):
