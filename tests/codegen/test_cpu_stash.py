@@ -9,10 +9,9 @@ import pytest
 import torch
 
 import fusionstitch
-from fusionstitch.codegen.lower import lower_group
-from fusionstitch.fusion.plan import KERNEL
-from fusionstitch.targets.cpp import printer as cpu
 from fusionstitch.targets.cpp import reduce as cpu_reduce
+
+from test_cpu_orders import kernel_sources
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -26,15 +25,9 @@ def _fresh():
 
 
 def dense_sources(fn, *args) -> list[str]:
-    with torch.no_grad():
-        rep = fusionstitch.explain(fn, *args, target="cpu")
-    out = []
-    for g in rep.graphs:
-        for grp in g.plan.groups:
-            if grp.kind == KERNEL:
-                src = cpu.cpp_source(lower_group(g.plan.graph, grp.nodes, "k"))
-                out.append(src[src.index("// dense"):].split("} else {")[0])
-    return out
+    """The dense version of each kernel's C++ (test_cpu_orders.kernel_sources)."""
+    return [src[src.index("// dense"):].split("} else {")[0]
+            for src in kernel_sources(fn, *args)[1]]
 
 
 def amax_d0(x, w):
