@@ -187,6 +187,15 @@ class Program:
         outputs = {slot_of[r.name] for r in graph.output_refs}
         self.constants, steps = _bind_constant_views(graph, steps, self.constants, outputs)
         self.steps = steps
+        # views run through torch in a program whose every value has the same layout at
+        # each call (static sizes and strides, no size symbols): their layout, seen on the
+        # first call, lets the generated code make each one as a reinterpretation of its
+        # input's memory (runtime/wrapper.py). Not graph outputs: the caller gets views
+        # made by torch, with their `_base`.
+        self._view_slots = _view_slots(graph, steps, outputs) \
+            if static and sizes is None else frozenset()
+        # slot -> (input slot, sizes, strides, storage offset from the input's)
+        self.view_layouts: dict[int, tuple[int, tuple, tuple, int]] = {}
         # the values generated kernels read from ops run through torch, by slot: the
         # elements read (None: the value itself), checked on the first call (`_conform`)
         self._declared: dict[int, set] = {}
@@ -315,6 +324,8 @@ class Program:
                                                          for k, v in kwargs.items()})
                 if check and slot in self._declared:
                     values[slot] = self._conform(ops, j, values[slot])
+                if check and slot in self._view_slots:
+                    self._record_layout(slot, args[0].index, values)
                 if dead:
                     self._drop(values, dead, pool, i)
             if kind == KERNEL:
@@ -330,6 +341,29 @@ class Program:
         if self._pick_outputs is not None:
             return list(self._pick_outputs(values))
         return [_fill(o, values) for o in self.outputs]
+
+    def _record_layout(self, slot: int, source: int, values: list) -> None:
+        """Remember the layout of view `slot` of value `source` when torch made it as a
+        plain alias of the source's memory: the same storage, dtype, conjugate and
+        negative bits (a reshape that copied, or a view that changes what the bytes mean,
+        is left to torch at every call). The alias has no autograd history: so only where
+        none is recorded, grad mode off (Dynamo guards it: every call of this program runs
+        so) or a result that does not require grad. A view of a parameter counts as one of
+        a plain tensor."""
+        src, out = values[source], values[slot]
+        if type(src) not in _PLAIN or type(out) not in _PLAIN:
+            return
+        if out.requires_grad and torch.is_grad_enabled():
+            return
+        if out.dtype != src.dtype or out.device != src.device \
+                or out.is_conj() != src.is_conj() or out.is_neg() != src.is_neg() \
+                or out.layout != torch.strided or src.layout != torch.strided:
+            return
+        ptr = out.untyped_storage().data_ptr()
+        if ptr != src.untyped_storage().data_ptr() or (ptr == 0 and out.numel()):
+            return
+        self.view_layouts[slot] = (source, tuple(out.shape), tuple(out.stride()),
+                                   out.storage_offset() - src.storage_offset())
 
     def _conform(self, ops: list, k: int, value: Any) -> Any:
         """`value`, returned by op `ops[k]` run through torch on the first call, checked
@@ -378,6 +412,31 @@ class Program:
                 _recycle.offer(pool, t, self._room_after[step])
             else:
                 values[d] = None
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _view_slots(graph, steps: list, outputs: set) -> frozenset:
+    """Slots of the views run through torch whose first argument is a value: the graph's
+    view ops (the graph's `view`s run as reshapes, which may copy: the first call tells),
+    but not graph outputs."""
+    slots = set()
+    for kind, ops in steps:
+        if kind == "generated":
+            continue
+        for slot, _, args, _, _ in ops:
+            node = graph.nodes[slot]
+            if slot in outputs or node.op in (GETITEM, CONSTANT) or not args \
+                    or not isinstance(args[0], _Slot):
+                continue
+            try:
+                view = lookup(node.op).view
+            except Exception:   # an op outside the IR's table: not ours to reason about
+                continue
+            if view:
+                slots.add(slot)
+    return frozenset(slots)
 
 
 def _bind_constant_views(graph, steps: list, constants: list, outputs: set) -> tuple:
