@@ -610,8 +610,10 @@ def _lower_group(graph: Graph, names, kernel_name: str, schedule: Schedule | Non
                           f"{', '.join(sorted(GENERATED_DTYPES))}")
     syms = tuple(sorted(L.syms.values(), key=lambda s: (not s.name.startswith("ks"),
                                                        _natural(s.name))))
-    return Kernel(kernel_name, buffers, syms, tuple(comps), L.index_dtype,
-                  tuple(sorted(L.bindings.items())))
+    from .split import split_pieces
+    # concatenations along x: one component per piece (split.py)
+    return split_pieces(Kernel(kernel_name, buffers, syms, tuple(comps), L.index_dtype,
+                               tuple(sorted(L.bindings.items()))))
 
 
 def _check_dtypes(graph: Graph, names) -> None:
