@@ -129,7 +129,7 @@ def split_component(c: Component, consts: dict[str, int]) -> list[Component]:
         return [c]
     if not _selects_by(c, set(cmps)):
         return [c]
-    return [_piece(c, cmps, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+    return [_piece(c, cmps, lo, hi, consts) for lo, hi in zip(bounds, bounds[1:])]
 
 
 def _selects_by(c: Component, cmps: set[str]) -> bool:
@@ -146,12 +146,10 @@ def _selects_by(c: Component, cmps: set[str]) -> bool:
     return False
 
 
-def _piece(c: Component, cmps, lo: int, hi: int) -> Component:
+def _piece(c: Component, cmps, lo: int, hi: int, consts) -> Component:
     """Component `c` over x in [lo, hi), as x' = x - lo in [0, hi - lo)."""
-    shifted = E.add(E.Var("x"), E.Const(lo))
-
     def move(e: E.Expr) -> E.Expr:
-        return E.rewrite(e, lambda t: shifted if t == E.Var("x") else None) if lo else e
+        return shift(e, lo, consts) if lo else e
     truth: dict[str, bool] = {}          # variables with a known value on the piece
     alias: dict[str, str] = {}           # variables that are another one on the piece
     for var, (op, v) in cmps.items():
@@ -249,3 +247,50 @@ def _dead_code(bodies: list[list]) -> list[list]:
         if sum(map(len, kept)) == sum(map(len, bodies)):
             return kept
         bodies = kept
+
+
+def _offset(e: E.Expr) -> int | None:
+    """c where `e` is x + c (x itself: 0), else None."""
+    if e == E.Var("x"):
+        return 0
+    if isinstance(e, E.Add) and len(e.terms) == 2 and e.terms[0] == E.Var("x") and \
+            isinstance(e.terms[1], E.Const):
+        return e.terms[1].value
+    return None
+
+
+def shift(e: E.Expr, lo: int, consts: dict[str, int]) -> E.Expr:
+    """`e` with x replaced by x + lo, where a division or a digit of x + lo by a known
+    size that divides the offset becomes that of x plus a constant (so that a piece's
+    index reads as dense as the first piece's: ((x + 32768) // 128 - 256) * s0 is
+    (x // 128) * s0). Floor semantics, x >= 0: (x + m*n) // n == x // n + m and
+    (x + m*n) % n == x % n for every integer m."""
+    if e == E.Var("x"):
+        return E.add(e, E.Const(lo))
+    if isinstance(e, (E.Var, E.Const, E.Sym, E.Value)):
+        return e
+    if isinstance(e, E.Add):
+        return E.add(*(shift(t, lo, consts) for t in e.terms))
+    if isinstance(e, E.Mul):
+        return E.mul(*(shift(t, lo, consts) for t in e.factors))
+    if isinstance(e, (E.FloorDiv, E.Mod)):
+        a, b = shift(e.a, lo, consts), shift(e.b, lo, consts)
+        c, n = _offset(a), _value(b, consts)
+        if c and n and n > 0 and c % n == 0:
+            if isinstance(e, E.Mod):
+                return E.mod(E.Var("x"), b)
+            return E.add(E.floordiv(E.Var("x"), b), E.Const(c // n))
+        return E.floordiv(a, b) if isinstance(e, E.FloorDiv) else E.mod(a, b)
+    if isinstance(e, E.Digit):
+        base = shift(e.base, lo, consts)
+        sizes = tuple(shift(z, lo, consts) for z in e.sizes)
+        c = _offset(base)
+        inner = _value(E.product(sizes[e.k + 1:]), consts)
+        period = _value(E.product(sizes[e.k:]), consts) if e.k else inner
+        if c and inner and period and c % period == 0:
+            # digit 0 is x // inner (no wrap): it moves by c // inner; a lower digit's
+            # period divides c: it does not move
+            d = E.Digit(E.Var("x"), sizes, e.k)
+            return E.add(d, E.Const(c // inner)) if e.k == 0 else d
+        return E.Digit(base, sizes, e.k)
+    raise TypeError(e)

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import fusionstitch
+from fusionstitch.codegen import expr as E
 from fusionstitch.codegen import pieces
-from fusionstitch.codegen.kernel import Load
+from fusionstitch.codegen.kernel import Load, Store, bodies
 from fusionstitch.codegen.lower import lower_group
 from fusionstitch.fusion.plan import KERNEL
 from fusionstitch.targets.cpp import printer as cpu
@@ -65,6 +66,24 @@ def _check(fn, args, target="cpu"):
     return got, eager
 
 
+def _divides_a_shifted_x(e) -> bool:
+    """Whether `e` divides (or takes a digit of) x plus an offset: a piece's offset left
+    inside the index arithmetic, a division per element that a dense index does not do."""
+    if isinstance(e, (E.FloorDiv, E.Mod, E.Digit)):
+        a = e.base if isinstance(e, E.Digit) else e.a
+        if isinstance(a, E.Add) and E.Var("x") in a.terms:
+            return True
+    return any(_divides_a_shifted_x(t) for t in E.children(e))
+
+
+def _loads_read_unshifted_x(k) -> None:
+    for c in k.components:
+        for body in bodies(c):
+            for s in body:
+                if isinstance(s, (Load, Store)):
+                    assert not _divides_a_shifted_x(s.index), E.to_source(s.index)
+
+
 # -- structure --------------------------------------------------------------------
 def test_column_sum_over_a_cat_is_one_dense_component_per_piece():
     args = [torch.randn(2, 4, 16, 32) for _ in range(3)]
@@ -73,6 +92,7 @@ def test_column_sum_over_a_cat_is_one_dense_component_per_piece():
     for c in k.components:
         loads = {s.buffer for lp in c.loops for s in lp.body if isinstance(s, Load)}
         assert len(loads) == 1, loads         # its own piece only, no other piece's loads
+    _loads_read_unshifted_x(k)
     src = cpu.cpp_source(k)
     assert src.count("columns:") == 3
     # no per-element offset of a piece inside a division: x's digits are dense again
@@ -82,12 +102,23 @@ def test_column_sum_over_a_cat_is_one_dense_component_per_piece():
 def test_rows_of_a_cat_along_rows_split_by_rows():
     (k,) = kernels(cat_rows, torch.randn(40, 50), torch.randn(24, 50))
     assert [c.xnumel.value for c in k.components] == [40, 24]
+    _loads_read_unshifted_x(k)
 
 
 def test_elementwise_over_a_cat_of_outer_pieces_splits():
     (k,) = kernels(cat_outer, torch.randn(32, 5), torch.randn(20, 5))
     assert [c.kind for c in k.components] == ["flat", "flat"]
     assert [c.xnumel.value for c in k.components] == [160, 100]
+    _loads_read_unshifted_x(k)
+
+
+def test_a_cat_of_3d_pieces_along_dim_0_reads_each_piece_densely():
+    # x // (64 * 128) of the second piece is its own x's plus 4 (the pieces before it):
+    # no (x + 32768) // 8192 per element
+    (k,) = kernels(lambda a, b, c: torch.cat([a, b, c], 0) * 2,
+                   *(torch.randn(4, 8, 16) for _ in range(3)))
+    assert len(k.components) == 3
+    _loads_read_unshifted_x(k)
 
 
 def test_narrow_pieces_stay_one_component():
