@@ -36,6 +36,7 @@ from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, Schedule, esc
                                   group_schedule)
 from ..schedule.propagate import type_numel as _numel
 from . import expr as E
+from .pieces import split_pieces
 from .kernel import (DTYPES, Buffer, Component, Constant, Index, Kernel, Load, Loop, Op,
                      Reduce, Store)
 
@@ -610,8 +611,9 @@ def _lower_group(graph: Graph, names, kernel_name: str, schedule: Schedule | Non
                           f"{', '.join(sorted(GENERATED_DTYPES))}")
     syms = tuple(sorted(L.syms.values(), key=lambda s: (not s.name.startswith("ks"),
                                                        _natural(s.name))))
-    return Kernel(kernel_name, buffers, syms, tuple(comps), L.index_dtype,
-                  tuple(sorted(L.bindings.items())))
+    # concatenations along x: one component per piece (pieces.py)
+    return split_pieces(Kernel(kernel_name, buffers, syms, tuple(comps), L.index_dtype,
+                               tuple(sorted(L.bindings.items()))))
 
 
 def _check_dtypes(graph: Graph, names) -> None:
