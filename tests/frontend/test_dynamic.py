@@ -205,3 +205,42 @@ def test_explain_reports_a_symbolic_program_once():
     f(torch.randn(3, 5))
     rep = fusionstitch.explain(fn, torch.randn(4, 5), target="cpu")
     assert rep.num_kernels >= 1 and len(rep.graphs) == 1
+
+
+def test_a_symbolic_programs_kernels_take_their_sizes_as_parameters():
+    """The cpu target prints the sizes of static graphs as constants (targets/cpp/
+    printer.py); a symbolic program's size syms ("expr" bindings) stay parameters of
+    the one kernel that serves every size, and only its static sizes are constants."""
+    import re
+
+    from fusionstitch.codegen.kernel import constant_syms
+    from fusionstitch.targets.cpp.printer import cpp_source
+
+    def fn(x, w):
+        return torch.softmax(x * w, -1) + x.sum(0)
+
+    w = torch.randn(12)
+    sink = []
+    f = compile_(fn, "cpu", sink)
+    x = torch.randn(5, 12)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch.testing.assert_close(f(x, w), fn(x, w))
+    [cg] = sink
+    kernels = [s.kernel for s in cg._programs[0].program.kernel_steps.values()]
+    sizes = {name for k in kernels for name, how in k.bindings if how[0] == "expr"}
+    assert sizes
+    for k in kernels:
+        src = cpp_source(k)
+        head, body = src.split(") {", 1)
+        named = set(re.findall(r"int64_t (\w+)[,)]", head))
+        for name, how in k.bindings:
+            if how[0] == "expr":
+                assert name in named and f"constexpr int64_t {name} " not in body
+        for name, v in constant_syms(k).items():
+            assert name not in named and f"constexpr int64_t {name} = {v};" in body
+    compiled_before = fusionstitch.stats()["kernels_compiled"]
+    for n in (9, 3):   # (1 would be specialised: Dynamo guards sizes 0 and 1)
+        y = torch.randn(n, 12)
+        torch.testing.assert_close(f(y, w), fn(y, w))
+    assert fusionstitch.stats()["kernels_compiled"] == compiled_before
+    assert len(cg._programs) == 1

@@ -19,7 +19,16 @@ iterations times rnumel, where waking the threads costs more than it saves). The
 OpenMP runtime is the one torch loaded (same soname), so `torch.set_num_threads`
 applies to these kernels too.
 
-How the loops are laid out (all of it follows from the IR, nothing is size-specific):
+How the loops are laid out (all of it follows from the IR):
+
+* Constant sizes: a sym whose binding is a constant (`kernel.constant_syms`: the sizes
+  of a graph of static shapes; not strides, not a symbolic program's sizes) keeps its
+  place in the signature, unnamed (`int64_t /* ks1 = 16 */`), and the body declares
+  it `constexpr int64_t ks1 = 16;`: the index arithmetic is printed over the sym as
+  for any other, and the compiler folds it (a 64-bit division by a run-time size
+  costs tens of cycles per element, by a constant a multiplication; a batch-norm
+  kernel ran 1.7x faster). Sources then differ per shape: kernels of one structure at
+  two shapes are two functions.
 
 * Dense versions: when some load/store index would be simpler for the expected
   strides (a stride sym that `Kernel.bindings` binds to a buffer dimension is
@@ -148,6 +157,7 @@ from ...codegen.kernel import (
     Reduce,
     Stmt,
     Store,
+    constant_syms,
 )
 # the flat loops' thresholds, named here too (cpu.ROW_BLOCK)
 from .flat import (COSTLY_OPS, MIN_COSTLY_ROW, MIN_ROW, PARALLEL_GRAIN,  # noqa: F401
@@ -305,6 +315,8 @@ class _Printer(FlatLoops, ReduceLoops):
         self.rrows: tuple[E.Expr, ...] | None = None  # printing a loop over r split in rows
         self.acc_names: dict[str, tuple[str, str | None]] = {}
         self.expected = expected_values(kernel)
+        # syms printed as compile-time constants: those of constant binding
+        self.constants = constant_syms(kernel)
         self.rowplan = RowPlan()                # row buffers of the reduce component printed
         self.stashes: dict = {}                 # ... kept in outputs (ReduceLoops.output_stash)
         self.parallel_r = False                 # printing the loops of a one-row component
@@ -394,7 +406,15 @@ class _Printer(FlatLoops, ReduceLoops):
                 raise CannotPrint(f"cpu backend: unsupported dtype {b.dtype!r}")
             restrict = "" if b.name in k.may_alias else "__restrict__ "
             params.append(f"{const}{STORAGE[b.dtype]}* {restrict}{self.buf(b.name)}")
-        params += [f"int64_t {self.sym(s.name)}" for s in k.syms]
+        # a sym of constant binding keeps its place in the signature (the runner and the
+        # launch path pass every sym) but is unnamed there: the body declares it
+        # constexpr, so that the compiler folds the index arithmetic over it (a division
+        # by a size becomes a multiplication; 1.7x on a batch-norm kernel)
+        params += [f"int64_t /* {self.sym(s.name)} = {self.constants[s.name]} */"
+                   if s.name in self.constants else f"int64_t {self.sym(s.name)}"
+                   for s in k.syms]
+        constants = [f"constexpr int64_t {self.sym(s.name)} = {self.constants[s.name]};"
+                     for s in k.syms if s.name in self.constants]
         self.emit(0, f"// kernel {k.name}: {len(k.buffers)} buffers, {len(k.syms)} syms, "
                      f"{len(k.components)} component(s)")
         self.emit(0, "FS_FUNCTION_HEAD")
@@ -409,10 +429,12 @@ class _Printer(FlatLoops, ReduceLoops):
         # (the error cell of `build.runner`); the others keep their signature
         if self.divides_ints:
             self.lines.insert(last + 1, f"    int64_t* __restrict__ {ERROR_ARG}) {{")
+            last += 1
         elif params:
             self.lines[last] = self.lines[last][:-1] + ") {"
         else:
             self.lines[head] += ") {"
+        self.lines[last + 1:last + 1] = ["    " + c for c in constants]
         selects_calls = self.selects and any("fs_mv_" in line for line in self.lines)
         attribute = f"{BOOL_LOGIC_ATTRIBUTE} " if self.bool_logic or selects_calls else ""
         self.lines[head] = f'extern "C" {attribute}void {self.fname}('
