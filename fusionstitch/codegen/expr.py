@@ -178,6 +178,30 @@ def rewrite(e: Expr, replace) -> Expr:
     return e
 
 
+def evaluate(e: Expr, sym_value) -> int | None:
+    """The integer value of a size/stride expression: constants, syms (`sym_value(sym)`,
+    None when unknown), sums, products, floor divisions and remainders; None where a part
+    is unknown, a loop variable or a loaded value, or a divisor is zero."""
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Sym):
+        return sym_value(e)
+    if isinstance(e, (Add, Mul)):
+        parts = [evaluate(t, sym_value) for t in (e.terms if isinstance(e, Add) else e.factors)]
+        if any(p is None for p in parts):
+            return None
+        total = 0 if isinstance(e, Add) else 1
+        for p in parts:
+            total = total + p if isinstance(e, Add) else total * p
+        return total
+    if isinstance(e, (FloorDiv, Mod)):
+        a, b = evaluate(e.a, sym_value), evaluate(e.b, sym_value)
+        if a is None or not b:
+            return None
+        return a // b if isinstance(e, FloorDiv) else a % b
+    return None
+
+
 def unravel(base: Expr, sizes: tuple[Expr, ...]) -> tuple[Expr, ...]:
     """Row-major multi-index of a linear index; size-1 dims give 0."""
     out = []

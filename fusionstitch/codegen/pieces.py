@@ -50,19 +50,7 @@ def split_pieces(k: Kernel) -> Kernel:
 
 def _value(e: E.Expr, consts: dict[str, int]) -> int | None:
     """The value of a size expression whose syms are all bound to constants, else None."""
-    if isinstance(e, E.Const):
-        return e.value
-    if isinstance(e, E.Sym):
-        return consts.get(e.name)
-    if isinstance(e, (E.Add, E.Mul)):
-        parts = [_value(t, consts) for t in (e.terms if isinstance(e, E.Add) else e.factors)]
-        if any(p is None for p in parts):
-            return None
-        out = 0 if isinstance(e, E.Add) else 1
-        for p in parts:
-            out = out + p if isinstance(e, E.Add) else out * p
-        return out
-    return None
+    return E.evaluate(e, lambda s: consts.get(s.name))
 
 
 def _scale(e: E.Expr, consts) -> int | None:

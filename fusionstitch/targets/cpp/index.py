@@ -64,25 +64,7 @@ def expected_values(k: Kernel) -> dict[str, int]:
 def lowering_value(e: E.Expr, values: dict[str, int]) -> int | None:
     """The expected value of a size/stride expression (`values`, else Sym.value); None
     if it reads a loop variable or a loaded value."""
-    if isinstance(e, E.Const):
-        return e.value
-    if isinstance(e, E.Sym):
-        return values.get(e.name, e.value)
-    if isinstance(e, (E.Add, E.Mul)):
-        parts = [lowering_value(t, values)
-                 for t in (e.terms if isinstance(e, E.Add) else e.factors)]
-        if any(p is None for p in parts):
-            return None
-        total = 0 if isinstance(e, E.Add) else 1
-        for p in parts:
-            total = total + p if isinstance(e, E.Add) else total * p
-        return total
-    if isinstance(e, (E.FloorDiv, E.Mod)):
-        a, b = lowering_value(e.a, values), lowering_value(e.b, values)
-        if a is None or not b:
-            return None
-        return a // b if isinstance(e, E.FloorDiv) else a % b
-    return None
+    return E.evaluate(e, lambda s: values.get(s.name, s.value))
 
 
 def split_term(t: E.Expr, values) -> tuple[E.Expr | None, E.Expr]:
