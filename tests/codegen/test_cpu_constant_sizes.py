@@ -16,13 +16,7 @@ from fusionstitch.fusion.plan import KERNEL
 from fusionstitch.targets.cpp import printer as cpu
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
-    torch._dynamo.reset()
-    fusionstitch.reset_stats()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("strict_fresh")   # tests/conftest.py
 
 
 def kernels_of(fn, *args):

@@ -11,13 +11,7 @@ import fusionstitch
 TARGETS = ["cpu", "interpret"]
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
-    torch._dynamo.reset()
-    fusionstitch.reset_stats()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("strict_fresh")   # tests/conftest.py
 
 
 def compile_(fn, target, sink=None, **kw):
@@ -123,6 +117,27 @@ def test_mark_dynamic():
     assert fusionstitch.stats()["specialisations"] == 1
 
 
+
+def _symbolic_on_dim0(fn, x, w):
+    """(compiled fn, its CompiledGraph, the kernels of its first symbolic program): `fn`
+    compiled for the cpu target with x's dim 0 dynamic, called once and checked."""
+    sink = []
+    f = compile_(fn, "cpu", sink)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch.testing.assert_close(f(x, w), fn(x, w))
+    [cg] = sink
+    return f, cg, [s.kernel for s in cg._programs[0].program.kernel_steps.values()]
+
+
+def _serves_without_compiling(f, fn, cg, w, xs):
+    """Each x of `xs` gives fn's result through the one symbolic program, compiling no
+    kernel."""
+    compiled_before = fusionstitch.stats()["kernels_compiled"]
+    for x in xs:
+        torch.testing.assert_close(f(x, w), fn(x, w))
+    assert fusionstitch.stats()["kernels_compiled"] == compiled_before
+    assert len(cg._programs) == 1
+
 def test_sizes_equal_by_coincidence_stay_apart():
     """The first symbolic compile sees batch == hidden == 16 (a symbol and a static size):
     each keeps its own kernel sym, so other batch sizes reuse the kernels and are right."""
@@ -130,22 +145,11 @@ def test_sizes_equal_by_coincidence_stay_apart():
         return torch.softmax(x @ w, -1) + x.sum(0)
 
     w = torch.randn(16, 16)
-    sink = []
-    f = compile_(fn, "cpu", sink)
-    x = torch.randn(16, 16)
-    torch._dynamo.mark_dynamic(x, 0)
-    torch.testing.assert_close(f(x, w), fn(x, w))
-    [cg] = sink
-    kernels = [s.kernel for s in cg._programs[0].program.kernel_steps.values()]
+    f, cg, kernels = _symbolic_on_dim0(fn, torch.randn(16, 16), w)
     exprs = {str(how[1]) for k in kernels for _, how in k.bindings if how[0] == "expr"}
     consts = {how[1] for k in kernels for _, how in k.bindings if how[0] == "const"}
     assert exprs and 16 in consts     # the batch is a symbol, the hidden size a constant
-    compiled_before = fusionstitch.stats()["kernels_compiled"]
-    for n in (3, 16, 40):
-        y = torch.randn(n, 16)
-        torch.testing.assert_close(f(y, w), fn(y, w))
-    assert fusionstitch.stats()["kernels_compiled"] == compiled_before
-    assert len(cg._programs) == 1
+    _serves_without_compiling(f, fn, cg, w, [torch.randn(n, 16) for n in (3, 16, 40)])
 
 
 def test_a_size_dependent_choice_is_guarded():
@@ -220,13 +224,7 @@ def test_a_symbolic_programs_kernels_take_their_sizes_as_parameters():
         return torch.softmax(x * w, -1) + x.sum(0)
 
     w = torch.randn(12)
-    sink = []
-    f = compile_(fn, "cpu", sink)
-    x = torch.randn(5, 12)
-    torch._dynamo.mark_dynamic(x, 0)
-    torch.testing.assert_close(f(x, w), fn(x, w))
-    [cg] = sink
-    kernels = [s.kernel for s in cg._programs[0].program.kernel_steps.values()]
+    f, cg, kernels = _symbolic_on_dim0(fn, torch.randn(5, 12), w)
     sizes = {name for k in kernels for name, how in k.bindings if how[0] == "expr"}
     assert sizes
     for k in kernels:
@@ -238,9 +236,5 @@ def test_a_symbolic_programs_kernels_take_their_sizes_as_parameters():
                 assert name in named and f"constexpr int64_t {name} " not in body
         for name, v in constant_syms(k).items():
             assert name not in named and f"constexpr int64_t {name} = {v};" in body
-    compiled_before = fusionstitch.stats()["kernels_compiled"]
-    for n in (9, 3):   # (1 would be specialised: Dynamo guards sizes 0 and 1)
-        y = torch.randn(n, 12)
-        torch.testing.assert_close(f(y, w), fn(y, w))
-    assert fusionstitch.stats()["kernels_compiled"] == compiled_before
-    assert len(cg._programs) == 1
+    # (1 would be specialised: Dynamo guards sizes 0 and 1)
+    _serves_without_compiling(f, fn, cg, w, [torch.randn(n, 12) for n in (9, 3)])

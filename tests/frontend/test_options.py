@@ -7,13 +7,7 @@ import fusionstitch
 from fusionstitch import config
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
-    torch._dynamo.reset()
-    fusionstitch.reset_stats()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("strict_fresh")   # tests/conftest.py
 
 
 def chain(x):
