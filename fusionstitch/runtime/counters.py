@@ -17,13 +17,15 @@ from __future__ import annotations
 # patterns timed by the performance library's tuner (FUSIONSTITCH_TUNE=1, fusionstitch/tune;
 # its own compiles and launches are not counted elsewhere), tune_hits: patterns the stitch
 # planner scored from measured times instead of the cost model, tune_rejected: library files
-# or rows ignored as untrusted (damaged, another format or schema, values that are not times)
+# or rows ignored as untrusted (damaged, another format or schema, values that are not times);
+# triton_blocks_shrunk: first launches of a `cuda` kernel configured again with halved blocks
+# because the binary did not fit the device's shared memory (targets/triton/printer.py)
 _KEYS = ("kernels_launched", "library_calls", "compiles", "cache_hits", "fallbacks",
          "kernels_compiled", "inplace_writes", "plan_cache_hits", "plan_cache_misses",
          "graph_cache_hits", "graph_cache_misses", "buffers_recycled", "cuda_graph_captures",
          "cuda_graph_replays", "precompile_records", "precompile_loads", "specialisations",
          "symbolic_programs", "dynamic_refusals", "tune_measurements", "tune_hits",
-         "tune_rejected")
+         "tune_rejected", "triton_blocks_shrunk")
 _COUNTERS: dict[str, int] = dict.fromkeys(_KEYS, 0)
 
 

@@ -1,7 +1,8 @@
 """Every kernel the stitch plan of every zoo workload generates for the cuda target, in
 fp32 and bf16, compiled by Triton for sm_90 with no GPU: the GPU path's sources type-check
 and lower to a cubin (the interpreter, which CI runs them on, forgives more), including
-both stages of a split reduction."""
+both stages of a split reduction; and each binary fits sm_90's shared memory (Triton
+refuses a kernel that does not only when it loads it, on the GPU)."""
 import pytest
 import torch
 
@@ -10,6 +11,7 @@ from bench.plan_table import capture
 from fusionstitch.targets.triton import split as S
 from fusionstitch.fusion.lowered import lower_plan
 from fusionstitch.fusion import make_plan
+from fusionstitch.targets.triton.resources import SHARED_LIMIT
 from tests.codegen._sm90 import compile_sm90
 
 
@@ -29,9 +31,10 @@ def test_zoo_kernels_compile_for_sm90(name, dtype):
     compiled = 0
     for g in capture(name, "small", dtype=dtype):
         plan = make_plan(g, "stitch", "cuda")
-        for k in lower_plan(plan, "cuda").kernels.values():
+        for gid, k in lower_plan(plan, "cuda").kernels.items():
             for meta in _variants(k):
                 src, out = compile_sm90(k, **meta)
-                assert "cubin" in out.asm, (name, group.id, meta)
+                assert "cubin" in out.asm, (name, gid, meta)
+                assert out.metadata.shared <= SHARED_LIMIT[90], (name, gid, meta)
                 compiled += 1
     assert compiled > 0

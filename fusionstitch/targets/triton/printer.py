@@ -530,18 +530,24 @@ def _constexprs(c: Component, tag: str, interpret: bool, top: bool = True) -> li
     return names
 
 
-def _meta(c: Component, tag: str, env: dict, interpret: bool, top: bool = True) -> dict:
-    """Values of `_constexprs` for one launch."""
+def _meta(c: Component, tag: str, env: dict, interpret: bool, top: bool = True,
+          shrink: int = 0) -> dict:
+    """Values of `_constexprs` for one launch; `shrink` halves the blocks that many times
+    (a launch that ran out of on-chip memory, `TritonKernel.__call__`)."""
     if c.kind == "batch":
         out = {}
         for j, st in enumerate(c.stages):
-            out.update(_meta(st, f"{tag}_{j}", env, interpret, top=False))
+            out.update(_meta(st, f"{tag}_{j}", env, interpret, top=False, shrink=shrink))
         return out
     n = {"X": _eval(c.xnumel, env), "R": _eval(c.rnumel, env), "Y": _eval(c.ynumel, env)}
     if c.kind == "dot":
-        block = {d: dot_block(n[d], d, interpret) for d in "XYR"}
+        block = {d: max(16, dot_block(n[d], d, interpret) >> shrink) for d in "XYR"}
     else:
         xb, rb = block_sizes(c, n["X"], n["R"], interpret)
+        if shrink:   # the row block first (a persistent row may turn looped), then rows
+            rb2 = max(1, rb >> shrink)
+            xb = max(1, xb >> max(0, shrink - (rb.bit_length() - rb2.bit_length())))
+            rb = rb2
         block = {"X": xb, "R": rb}
     dims = _DIMS[c.kind]
     out = {f"{d}BLOCK{tag}": block[d] for d in dims}
@@ -649,6 +655,7 @@ class TritonKernel:
         self._launches: dict[tuple, tuple | None] = {}
         self._staged = any(map(S.splittable, kernel.components))
         self._dummies: dict = {}    # (dtype, device) -> the workspace of an unsplit launch
+        self.options = launch_options(kernel)
 
     def __call__(self, buffers: list[torch.Tensor], syms: list[int]) -> None:
         key = tuple(syms)
@@ -657,9 +664,13 @@ class TritonKernel:
         except KeyError:
             if len(self._launches) >= LAUNCH_CONFIGS:   # dynamic shapes: keep it bounded
                 self._launches.clear()
-            launch = self._launches[key] = self.configure(syms)
+            self._launches[key] = self.first_launch(buffers, syms)
+            return
         if launch is None:
             return
+        self.launch(launch, buffers, syms)
+
+    def launch(self, launch: tuple, buffers: list[torch.Tensor], syms: list[int]) -> None:
         launches, ws = launch
         if ws:
             device = buffers[0].device
@@ -668,13 +679,39 @@ class TritonKernel:
         for grid, extra, meta in launches:
             self.fn[grid](*buffers, *syms, *ws, *extra, **meta)
 
+    def first_launch(self, buffers: list[torch.Tensor], syms: list[int]) -> tuple | None:
+        """Configure and run the first launch with these syms; return its configuration.
+        Triton compiles a configuration at its first launch and checks the binary's
+        shared memory against the device's before anything runs (`OutOfResources`), so
+        a configuration that does not fit is configured again with halved blocks
+        (SHRINK_LIMIT times at most) and launched again: a first stage that ran before
+        its second failed wrote only its workspace, which the next try writes anew."""
+        from triton.runtime.errors import OutOfResources
+        for shrink in range(SHRINK_LIMIT + 1):
+            launch = self.configure(syms, shrink)
+            if launch is None:
+                return None
+            try:
+                self.launch(launch, buffers, syms)
+                return launch
+            except OutOfResources as e:
+                if shrink == SHRINK_LIMIT:
+                    raise RuntimeError(
+                        f"fusionstitch: Triton kernel {self.name} does not fit the device "
+                        f"with blocks halved {shrink} times ({e}); its source is "
+                        f"{cache_dir('triton') / (self.name + '.py')}") from e
+                log.warning("fusionstitch: Triton kernel %s does not fit the device (%s); "
+                            "halving its blocks", self.name, e)
+                _stats.bump("triton_blocks_shrunk")
+        return None
+
     def _dummy(self, dtype: torch.dtype, device) -> torch.Tensor:
         t = self._dummies.get((dtype, device))
         if t is None:
             t = self._dummies[(dtype, device)] = torch.empty(1, dtype=dtype, device=device)
         return t
 
-    def configure(self, syms) -> tuple | None:
+    def configure(self, syms, shrink: int = 0) -> tuple | None:
         """The launches with these syms, each (grid, the components' first programs when
         there are several, constexprs), and the workspaces they share, each (elements,
         dtype), 0 elements for an unsplit component's; None when no program would run.
@@ -683,7 +720,7 @@ class TritonKernel:
         env = dict(zip(self.sym_names, syms))
         metas, meta, ws = [], {}, []
         for i, c in enumerate(self.kernel.components):
-            m = _meta(c, f"{i}", env, self.interpret)
+            m = _meta(c, f"{i}", env, self.interpret, shrink=shrink)
             meta.update(m)
             xn = _eval(c.xnumel, env)
             # one program per XBLOCK x (a batch component: one per batch entry)
@@ -696,6 +733,7 @@ class TritonKernel:
         stages = [2]
         if any(split > 1 for _, split in metas):
             stages = [1, 2]
+        meta.update(self.options)
         launches = []
         for stage in stages:
             starts, total = [], 0
@@ -709,6 +747,28 @@ class TritonKernel:
                 m = dict(meta, STAGE=stage) if self._staged else meta
                 launches.append(((total,), tuple(starts) if len(starts) > 1 else (), m))
         return (launches, ws) if launches else None
+
+
+# Halvings of a configuration's blocks before a launch that does not fit the device's
+# on-chip memory is an error (each halves the dot tiles, or the row block, then the rows).
+SHRINK_LIMIT = 3
+
+
+def has_dot(kernel: Kernel) -> bool:
+    """Whether some component of the kernel has a dot stage (`tl.dot`)."""
+    return any(st.kind == "dot" for c in kernel.components
+               for st in (c.stages if c.kind == "batch" else (c,)))
+
+
+def launch_options(kernel: Kernel) -> dict:
+    """Triton compile options of a kernel's launches. A kernel with dot stages compiles
+    with num_stages=1: Triton's software pipelining (3 stages by default on sm_80+)
+    keeps stage copies of every tile a loop loads in shared memory, and a batch component
+    of several dot stages then needs more than the device has (ViT's attention backward,
+    one program: 299008 bytes for sm_90's 232448 at 3 stages, 16384 at one); a small
+    GEMM's k loop runs a step or two, with nothing to overlap. Other kernels keep Triton's
+    default."""
+    return {"num_stages": 1} if has_dot(kernel) else {}
 
 
 # Launch configurations a TritonKernel remembers (one per distinct syms) before it forgets
