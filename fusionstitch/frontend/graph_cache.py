@@ -28,7 +28,8 @@ inputs' new values (in `mutated_inp_runtime_indices` order) then the user output
 `mutations_hidden_from_autograd` does not matter here: it only decides how a
 training graph records the copy. The graph is stored node by node (names kept: the
 IR's node names are in the plan cache's key) with each node's `val` as shape,
-strides and dtype, which come back as meta tensors (what `fx_to_ir` reads).
+strides, dtype and device, which come back as fake tensors (what `fx_to_ir` and
+`frontend/devices.py` read).
 
 On a hit, `load` returns what stands in for AOTAutograd's runtime wrapper: it runs
 the graph with grad off (as AOTAutograd runs inference graphs), copies each mutated
@@ -72,7 +73,7 @@ from ..runtime.cache import cache_dir, digest, register_memory_cache, write_atom
 log = logging.getLogger("fusionstitch.frontend")
 
 # Bump when the entry layout changes: older files then miss instead of failing to load.
-FORMAT = 1
+FORMAT = 2   # 2: node values keep their device
 _TORCH_MODULES = ("torch", "_operator", "operator", "builtins", "math")
 _OP_NAMESPACES = ("aten", "prims")
 
@@ -101,6 +102,7 @@ class _Val(NamedTuple):       # a node's tensor value (node.meta["val"])
     shape: tuple
     stride: tuple
     dtype: str
+    device: str               # where it lives (frontend/devices.py reads it)
 
 
 _TAGS = {c.__name__: c for c in (_Ref, _Torch, _Device, _Val)}
@@ -206,7 +208,8 @@ def _encode_val(val: Any) -> Any:
     if isinstance(val, torch.Tensor):
         if not _static(val):
             raise NotCacheable("a value of symbolic size")
-        return _Val(tuple(val.shape), tuple(val.stride()), str(val.dtype).removeprefix("torch."))
+        return _Val(tuple(val.shape), tuple(val.stride()), str(val.dtype).removeprefix("torch."),
+                    str(val.device))
     if isinstance(val, list):
         return [_encode_val(v) for v in val]
     if isinstance(val, tuple):
@@ -412,12 +415,14 @@ def _decode(value: Any, env: dict) -> Any:
     return value
 
 
-def _decode_val(val: Any) -> Any:
+def _decode_val(val: Any, fake) -> Any:
+    """A node's value as a fake tensor on its device (no memory, no device needed)."""
     if isinstance(val, _Val):
-        return torch.empty_strided(val.shape, val.stride, dtype=_torch_value(_Torch(val.dtype)),
-                                   device="meta")
+        with fake:
+            return torch.empty_strided(val.shape, val.stride, device=val.device,
+                                       dtype=_torch_value(_Torch(val.dtype)))
     if isinstance(val, (list, tuple)):
-        return type(val)(_decode_val(v) for v in val)
+        return type(val)(_decode_val(v, fake) for v in val)
     return val
 
 
@@ -432,6 +437,8 @@ def _resolve(target: str) -> Any:
 
 
 def _rebuild(nodes: tuple) -> torch.fx.GraphModule:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    fake = FakeTensorMode()
     graph = torch.fx.Graph()
     env: dict[str, torch.fx.Node] = {}
     for name, op, target, args, kwargs, val in nodes:
@@ -448,7 +455,7 @@ def _rebuild(nodes: tuple) -> torch.fx.GraphModule:
         if node.name != name:
             raise ValueError(f"node {name} came back as {node.name}")
         if val is not None:
-            node.meta["val"] = _decode_val(val)
+            node.meta["val"] = _decode_val(val, fake)
         env[name] = node
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 

@@ -32,7 +32,7 @@ from ..ir.graph import Graph
 from ..runtime import counters as _stats
 from ..runtime.program import Program
 from ..targets import device_types, resolve
-from . import dynamic, graph_cache, precompile
+from . import devices, dynamic, graph_cache, precompile
 from .decompositions import decompositions
 from .fx_to_ir import Unsupported, fx_to_ir, input_specs
 
@@ -273,7 +273,7 @@ class CompiledGraph:
     def _build(self, args: list, binding: dynamic.Binding | None = None) -> Specialisation:
         """FX -> IR -> plan -> Program for this call's sizes (`binding`: for every size
         of the graph, under the guards it records); raises Unsupported."""
-        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        device = devices.graph_device(self.gm, args)
         target = self.options.resolved_target(device)
         if device is not None and device.type not in device_types() and self.execute:
             raise Unsupported(f"inputs on device {device.type}: no fusionstitch target "
@@ -286,7 +286,7 @@ class CompiledGraph:
                 specs = binding.specs(args, hints)
             else:
                 specs = input_specs(args)
-            return fx_to_ir(self.gm, specs, self.name, hints=hints)
+            return fx_to_ir(devices.place(self.gm, device), specs, self.name, hints=hints)
 
         # placeholder number -> parameter number (numbers do not become parameters)
         param_of = {j: k for k, j in enumerate(

@@ -163,7 +163,7 @@ _LIBRARY = _names("""
     _scaled_dot_product_fused_attention_overrideable_backward.default
     _flash_attention_forward.default _flash_attention_backward.default
     _efficient_attention_forward.default _efficient_attention_backward.default
-""")
+""") + _names("prims.device_put.default")   # a copy between devices (frontend/devices.py)
 # torch's fused attention kernels (every scaled_dot_product_attention backend, forward and
 # backward) run as library calls, as Inductor keeps them as fallback kernels: their outputs
 # (the logsumexp, the RNG state of dropout) are what their backward reads, so a

@@ -746,6 +746,8 @@ for _name in """convolution_backward.default max_pool2d_with_indices.default
 for _name in sorted(ATTENTION):
     NOT_COVERED[_name] = ("LIBRARY op (fused attention, run by torch as is): "
                           "tests/frontend/test_attention.py")
+NOT_COVERED["prims.device_put.default"] = ("LIBRARY op (a copy between devices, run by "
+                                          "torch): tests/frontend/test_devices.py")
 NOT_COVERED["prims.fma.default"] = ("registered by torch._inductor.inductor_prims; emitted by "
                                     "decompositions, covered by the zoo's adam workload")
 

@@ -1,0 +1,193 @@
+"""Devices: every value a generated kernel reads or writes lives on the graph's device.
+
+The IR has no devices: a plan's kernels all run on the device of the program (the
+graph's GPU, else the CPU). An FX graph from Dynamo may hold values on other devices all
+the same, each recorded in its node's `val`:
+
+- a CPU scalar (a 0-dim tensor) read by an op on the GPU, which eager allows (torch's
+  CPU-scalar rule: the value is read on the host and passed to the GPU kernel);
+- a transfer, `x.to("cpu")` or `cpu_tensor.to("cuda")` (`_to_copy` with a device);
+- library ops that return CPU tensors (flash attention's RNG seed and offset).
+
+`place(gm, device)` rewrites such a graph so that no kernel-kind op (one a plan may fuse
+into a generated kernel) touches another device: a transfer becomes
+`prims.device_put` (a library op, run by torch) with any dtype change done as a cast on
+the GPU side; a CPU scalar read by a kernel-kind op on `device` is moved there first by a
+`prims.device_put`, and so is 0-dim arithmetic on CPU scalars that only GPU ops read
+(`s > 0`), done on the GPU then. Library ops, views and getitems keep their inputs as
+they are (torch runs them). What cannot be placed so, a kernel-kind op that computes on
+another device (arithmetic on CPU tensors, or a CPU scalar the graph returns, inside a
+GPU graph) or reads a larger tensor from one, raises
+`Unsupported` with the op and the devices: the graph then runs through torch, counted
+and logged (never a kernel reading memory of another device).
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+from ..ir.ops import Category, lookup, op_name
+from .fx_to_ir import Unsupported
+
+
+def main_device(values) -> torch.device | None:
+    """The device a graph with these inputs computes on: the first tensor's device that
+    is not the CPU, else the CPU (None without tensors). A CPU scalar passed before the
+    GPU tensors does not make the graph a CPU graph."""
+    first = None
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            if v.device.type != "cpu":
+                return v.device
+            first = first or v.device
+    return first
+
+
+def graph_device(gm: torch.fx.GraphModule, args) -> torch.device | None:
+    """The device graph `gm` computes on when called with `args`: `main_device(args)`
+    unless that is the CPU or nothing, and then the first device other than the CPU that
+    a value of the graph lives on (a graph without GPU inputs that makes its tensors on
+    the GPU: an attention mask from `arange(..., device="cuda")`), else `main_device`'s
+    answer."""
+    device = main_device(args)
+    if device is not None and device.type != "cpu":
+        return device
+    for n in gm.graph.nodes:
+        v = _val(n)
+        for t in (v if isinstance(v, (tuple, list)) else (v,)):
+            if isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "meta"):
+                return t.device
+    return device
+
+
+def _val(node) -> object:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _device(node) -> torch.device | None:
+    v = _val(node)
+    return v.device if isinstance(v, torch.Tensor) else None
+
+
+def _kernel_kind(target) -> bool:
+    """Whether a plan may put this op into a generated kernel."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    try:
+        d = lookup(op_name(target))
+    except KeyError:
+        return False
+    return not (d.is_library or d.view or d.fallback
+                or d.category in (Category.TUPLE, Category.RESHAPE))
+
+
+def _same(a: torch.device, b: torch.device) -> bool:
+    return a.type == b.type and (a.index or 0) == (b.index or 0)
+
+
+def needs_placing(gm: torch.fx.GraphModule, device: torch.device) -> bool:
+    """Whether some node of `gm` holds a tensor on another device than `device`."""
+    for n in gm.graph.nodes:
+        v = _val(n)
+        vals = v if isinstance(v, (tuple, list)) else (v,)
+        if any(isinstance(t, torch.Tensor) and not _same(t.device, device) for t in vals):
+            return True
+    return False
+
+
+def place(gm: torch.fx.GraphModule, device: torch.device | None) -> torch.fx.GraphModule:
+    """`gm`, or a copy of it rewritten as the module docstring says, for a graph that
+    computes on `device`."""
+    if device is None or not needs_placing(gm, device):
+        return gm
+    graph = torch.fx.Graph()
+    env: dict = {}
+    graph.output(graph.graph_copy(gm.graph, env))
+    moved: dict = {}   # CPU node -> its device_put node
+
+    def put(src: torch.fx.Node, where: torch.fx.Node) -> torch.fx.Node:
+        if src in moved:
+            return moved[src]
+        with graph.inserting_after(src):
+            n = graph.call_function(torch.ops.prims.device_put.default, (src, device))
+        n.meta["val"] = _moved(_val(src), device)
+        moved[src] = n
+        return n
+
+    for node in list(graph.nodes):
+        if node.op != "call_function" or not _kernel_kind(node.target):
+            continue
+        op = op_name(node.target)
+        out = _device(node)
+        if op == "_to_copy.default" and "device" in node.kwargs:
+            _transfer(graph, node, device)
+            continue
+        if out is not None and not _same(out, device):
+            if not _scalar_step(node):
+                raise Unsupported(f"op {op} ({node.name}) computes on {out} in a graph on "
+                                  f"{device}: the graph runs through torch")
+            # scalar arithmetic on the host (`s > 0` of a CPU scalar) that only GPU ops
+            # read: done on the GPU, from its inputs moved there (same values)
+            node.meta["val"] = _moved(_val(node), device)
+        for x in node.all_input_nodes:
+            d = _device(x)
+            if d is None or _same(d, device) or x.op == "get_attr":
+                continue   # (constants: the program makes them on its device)
+            v = _val(x)
+            if v.dim() != 0:
+                raise Unsupported(f"op {op} ({node.name}) on {device} reads {x.name}, a "
+                                  f"{tuple(v.shape)} tensor on {d}: the graph runs through "
+                                  "torch")
+            node.replace_input_with(x, put(x, node))
+    graph.lint()
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _scalar_step(node: torch.fx.Node) -> bool:
+    """Whether `node` computes a 0-dim value from 0-dim tensors (and numbers) that no
+    graph output is: moving it to another device changes no value anyone sees."""
+    v = _val(node)
+    if not isinstance(v, torch.Tensor) or v.dim() != 0:
+        return False
+    if any(u.op == "output" for u in node.users):
+        return False
+    return all(isinstance(_val(x), torch.Tensor) and _val(x).dim() == 0
+               for x in node.all_input_nodes)
+
+
+def _moved(v, device: torch.device):
+    """The `val` of `v` moved to `device`: a fake tensor (Dynamo's) moves in its own mode,
+    without memory or a device; anything else is kept (only its shape and dtype are read
+    after this)."""
+    mode = getattr(v, "fake_mode", None)
+    if mode is None:
+        return v
+    with mode:
+        return v.to(device)
+
+
+def _transfer(graph: torch.fx.Graph, node: torch.fx.Node, device: torch.device) -> None:
+    """`_to_copy(x, dtype=?, device=d, ...)` between devices -> a `prims.device_put`, with
+    the cast (if any) on the `device` side of the move."""
+    src = node.args[0]
+    src_dev, dst_dev = _device(src), _device(node)
+    if src_dev is None or dst_dev is None or _same(src_dev, dst_dev):
+        kwargs = {k: v for k, v in node.kwargs.items() if k != "device"}
+        node.kwargs = kwargs    # a plain cast (or copy) on one device
+        return
+    kwargs = {k: v for k, v in node.kwargs.items() if k not in ("device", "non_blocking")}
+    val = _val(node)
+    if _same(dst_dev, device):      # onto the graph's device: move, then cast there
+        with graph.inserting_before(node):
+            moved = graph.call_function(torch.ops.prims.device_put.default, (src, dst_dev))
+        moved.meta["val"] = _moved(_val(src), dst_dev)
+        node.replace_input_with(src, moved)
+        node.kwargs = kwargs
+        return
+    # off the graph's device: cast here, then move
+    with graph.inserting_before(node):
+        cast = graph.call_function(torch.ops.aten._to_copy.default, (src,), kwargs)
+    cast.meta["val"] = _moved(val, src_dev)
+    node.target = torch.ops.prims.device_put.default
+    node.args = (cast, dst_dev)
+    node.kwargs = {}
