@@ -47,16 +47,18 @@ def graph_device(gm: torch.fx.GraphModule, args) -> torch.device | None:
     """The device graph `gm` computes on when called with `args`: `main_device(args)`
     unless that is the CPU or nothing, and then the first device other than the CPU that
     a value of the graph lives on (a graph without GPU inputs that makes its tensors on
-    the GPU: an attention mask from `arange(..., device="cuda")`), else `main_device`'s
-    answer."""
+    the GPU: an attention mask from `arange(..., device="cuda")`), else the CPU when a
+    tensor of the graph lives there, else None (no tensors at all)."""
     device = main_device(args)
     if device is not None and device.type != "cpu":
         return device
     for n in gm.graph.nodes:
         v = _val(n)
         for t in (v if isinstance(v, (tuple, list)) else (v,)):
-            if isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "meta"):
-                return t.device
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                if t.device.type != "cpu":
+                    return t.device
+                device = device or t.device
     return device
 
 

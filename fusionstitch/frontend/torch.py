@@ -278,6 +278,12 @@ class CompiledGraph:
         if device is not None and device.type not in device_types() and self.execute:
             raise Unsupported(f"inputs on device {device.type}: no fusionstitch target "
                               "runs there")
+        kind = resolve(target).device_type
+        if device is not None and self.execute and kind is not None and kind != device.type:
+            # (explicit targets refuse such inputs in check_devices; this is a graph
+            # without them whose tensors all live on another device)
+            raise Unsupported(f"the graph computes on {device.type}, and target {target} "
+                              f"runs kernels on {kind}")
 
         def translate() -> Graph:   # the driver's frontend stage
             hints = None

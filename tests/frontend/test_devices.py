@@ -92,6 +92,9 @@ def test_a_graph_without_gpu_inputs_that_makes_gpu_tensors_computes_on_the_gpu()
     assert off_device(place(gm, CUDA), CUDA) == []
     cpu_gm, cpu_args = trace(scalar_times, ((4, 8), "cpu"), ((), "cpu"))
     assert graph_device(cpu_gm, cpu_args) == torch.device("cpu")
+    # no tensor inputs: where its values live (a target of another device refuses it)
+    no_inputs = make_fx(lambda: torch.arange(4) * 2)()
+    assert graph_device(no_inputs, []) == torch.device("cpu")
 
 
 @pytest.mark.parametrize("fn, specs", [
