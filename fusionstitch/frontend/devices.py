@@ -67,8 +67,11 @@ def _val(node) -> object:
 
 
 def _device(node) -> torch.device | None:
+    """Where node's tensor value lives; None when unknown (no value, or a meta tensor)."""
     v = _val(node)
-    return v.device if isinstance(v, torch.Tensor) else None
+    if not isinstance(v, torch.Tensor) or v.device.type == "meta":
+        return None
+    return v.device
 
 
 def _kernel_kind(target) -> bool:
@@ -92,7 +95,8 @@ def needs_placing(gm: torch.fx.GraphModule, device: torch.device) -> bool:
     for n in gm.graph.nodes:
         v = _val(n)
         vals = v if isinstance(v, (tuple, list)) else (v,)
-        if any(isinstance(t, torch.Tensor) and not _same(t.device, device) for t in vals):
+        if any(isinstance(t, torch.Tensor) and t.device.type != "meta"
+               and not _same(t.device, device) for t in vals):
             return True
     return False
 
@@ -110,7 +114,7 @@ def place(gm: torch.fx.GraphModule, device: torch.device | None) -> torch.fx.Gra
     def put(src: torch.fx.Node, where: torch.fx.Node) -> torch.fx.Node:
         if src in moved:
             return moved[src]
-        with graph.inserting_after(src):
+        with graph.inserting_before(where):   # (its first reader: later ones follow it)
             n = graph.call_function(torch.ops.prims.device_put.default, (src, device))
         n.meta["val"] = _moved(_val(src), device)
         moved[src] = n
