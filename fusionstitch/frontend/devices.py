@@ -13,11 +13,11 @@ the same, each recorded in its node's `val`:
 into a generated kernel) touches another device: a transfer becomes
 `prims.device_put` (a library op, run by torch) with any dtype change done as a cast on
 the GPU side; a CPU scalar read by a kernel-kind op on `device` is moved there first by a
-`prims.device_put`, and so is 0-dim arithmetic on CPU scalars that only GPU ops read
-(`s > 0`), done on the GPU then. Library ops, views and getitems keep their inputs as
-they are (torch runs them). What cannot be placed so, a kernel-kind op that computes on
-another device (arithmetic on CPU tensors, or a CPU scalar the graph returns, inside a
-GPU graph) or reads a larger tensor from one, raises
+`prims.device_put`, and so is 0-dim arithmetic on CPU scalars (`s > 0`, an optimizer's
+`step + 1`), done on the GPU then (a result the graph returns is moved back to the
+CPU). Library ops, views and getitems keep their inputs as they are (torch runs them).
+What cannot be placed so, a kernel-kind op that computes on another device (arithmetic
+on CPU tensors inside a GPU graph) or reads a larger tensor from one, raises
 `Unsupported` with the op and the devices: the graph then runs through torch, counted
 and logged (never a kernel reading memory of another device).
 """
@@ -132,9 +132,19 @@ def place(gm: torch.fx.GraphModule, device: torch.device | None) -> torch.fx.Gra
             if not _scalar_step(node):
                 raise Unsupported(f"op {op} ({node.name}) computes on {out} in a graph on "
                                   f"{device}: the graph runs through torch")
-            # scalar arithmetic on the host (`s > 0` of a CPU scalar) that only GPU ops
-            # read: done on the GPU, from its inputs moved there (same values)
-            node.meta["val"] = _moved(_val(node), device)
+            # scalar arithmetic on the host (`s > 0` of a CPU scalar, an optimizer's
+            # `step + 1`): done on the GPU, from its inputs moved there (same values);
+            # a graph output is moved back to where eager has it
+            home = _val(node)
+            node.meta["val"] = _moved(home, device)
+            outputs = [u for u in node.users if u.op == "output"]
+            if outputs:
+                with graph.inserting_after(node):
+                    back = graph.call_function(torch.ops.prims.device_put.default,
+                                               (node, out))
+                back.meta["val"] = home
+                for u in outputs:
+                    u.replace_input_with(node, back)
         for x in node.all_input_nodes:
             d = _device(x)
             if d is None or _same(d, device) or x.op == "get_attr":
@@ -150,12 +160,10 @@ def place(gm: torch.fx.GraphModule, device: torch.device | None) -> torch.fx.Gra
 
 
 def _scalar_step(node: torch.fx.Node) -> bool:
-    """Whether `node` computes a 0-dim value from 0-dim tensors (and numbers) that no
-    graph output is: moving it to another device changes no value anyone sees."""
+    """Whether `node` computes a 0-dim value from 0-dim tensors (and numbers): computed
+    on another device, it has the same value."""
     v = _val(node)
     if not isinstance(v, torch.Tensor) or v.dim() != 0:
-        return False
-    if any(u.op == "output" for u in node.users):
         return False
     return all(isinstance(_val(x), torch.Tensor) and _val(x).dim() == 0
                for x in node.all_input_nodes)

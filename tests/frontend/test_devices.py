@@ -25,13 +25,18 @@ def from_host(x, h):              # a CPU tensor moved onto the GPU, cast there
     return h.to(x.device, torch.float64) * x
 
 
-def host_arithmetic(x):           # arithmetic on the CPU inside a GPU graph
-    return x.sum().cpu() * 2
+def host_arithmetic(x):           # arithmetic on CPU tensors inside a GPU graph
+    return x.cpu() * 2
 
 
 def causal_mask(s):               # no GPU input: the graph makes its tensors there
     i = torch.arange(4, device="cuda")
     return (i[None, :] <= i[:, None]) & (s > 0)
+
+
+def scalar_returned(x, s):        # an optimizer's step count: CPU scalar in and out
+    t = s + 1
+    return x * t, t
 
 
 def trace_on_cuda_factories(fn, *args):
@@ -144,12 +149,13 @@ def test_a_graph_on_one_device_is_left_as_it_is():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("fn", [scalar_times, to_host_cast, from_host, host_arithmetic,
-                                causal_mask])
+                                causal_mask, scalar_returned])
 def test_gpu_graphs_mixing_devices_match_eager(fn):
     import fusionstitch
     x = torch.randn(4, 8, device="cuda")
     args = {scalar_times: (x, torch.tensor(0.5)), from_host: (x, torch.randn(4, 8)),
-            causal_mask: (torch.tensor(1.0),)}.get(fn, (x,))
+            causal_mask: (torch.tensor(1.0),),
+            scalar_returned: (x, torch.tensor(3.0))}.get(fn, (x,))
     torch._dynamo.reset()
     got = torch.compile(fn, backend=fusionstitch.backend(target="cuda"))(*args)
     ref = fn(*args)
@@ -159,13 +165,15 @@ def test_gpu_graphs_mixing_devices_match_eager(fn):
         torch.testing.assert_close(g, r)
 
 
-def test_a_cpu_scalar_the_graph_returns_is_not_moved():
-    def f(x, s):
-        t = s * 2
-        return x * t, t
-    gm, _ = trace(f, ((4, 8), "cuda"), ((), "cpu"))
-    with pytest.raises(Unsupported, match=r"op mul\.Tensor .* computes on cpu"):
-        place(gm, CUDA)
+def test_a_cpu_scalar_the_graph_returns_is_computed_on_the_gpu_and_moved_back():
+    gm, _ = trace(scalar_returned, ((4, 8), "cuda"), ((), "cpu"))
+    placed = place(gm, CUDA)
+    assert off_device(placed, CUDA) == []
+    out = next(n for n in placed.graph.nodes if n.op == "output")
+    back = out.args[0][1]
+    assert back.target is torch.ops.prims.device_put.default
+    assert back.args[1].type == "cpu" and back.meta["val"].device.type == "cpu"
+    assert back.args[0].meta["val"].device == CUDA
 
 
 def test_the_graph_cache_keeps_each_values_device():
