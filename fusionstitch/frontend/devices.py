@@ -137,6 +137,8 @@ def place(gm: torch.fx.GraphModule, device: torch.device | None) -> torch.fx.Gra
             # a graph output is moved back to where eager has it
             home = _val(node)
             node.meta["val"] = _moved(home, device)
+            if "device" in node.kwargs:    # a factory (scalar_tensor): made there
+                node.kwargs = {**node.kwargs, "device": device}
             outputs = [u for u in node.users if u.op == "output"]
             if outputs:
                 with graph.inserting_after(node):

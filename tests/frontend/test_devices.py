@@ -95,6 +95,14 @@ def test_a_graph_without_gpu_inputs_that_makes_gpu_tensors_computes_on_the_gpu()
     assert graph_device(gm, args) == CUDA
     assert off_device(gm, CUDA)          # `s > 0` on the CPU, read by a GPU op
     assert off_device(place(gm, CUDA), CUDA) == []
+    # a CPU scalar made in the graph and read on the GPU is made there
+    gm, args = trace(lambda x: x * torch.ops.aten.scalar_tensor.default(
+        2.0, dtype=torch.float32, device=torch.device("cpu")), ((4, 8), "cuda"))
+    placed = place(gm, CUDA)
+    assert off_device(placed, CUDA) == []
+    made = next(n for n in placed.graph.nodes
+                if n.target is torch.ops.aten.scalar_tensor.default)
+    assert made.kwargs["device"] == CUDA
     cpu_gm, cpu_args = trace(scalar_times, ((4, 8), "cpu"), ((), "cpu"))
     assert graph_device(cpu_gm, cpu_args) == torch.device("cpu")
     # no tensor inputs: where its values live (a target of another device refuses it)
