@@ -202,7 +202,8 @@ def test_launch_configuration_is_worked_out_once_per_syms(monkeypatch):
             for how in (bindings[s.name] for s in kernel.syms)]
     worked = []
     real = k.configure
-    monkeypatch.setattr(k, "configure", lambda s: (worked.append(tuple(s)), real(s))[1])
+    monkeypatch.setattr(k, "configure",
+                        lambda s, *shrink: (worked.append(tuple(s)), real(s, *shrink))[1])
     for _ in range(3):
         out = torch.empty(4, 32)
         k([x, out], syms)
