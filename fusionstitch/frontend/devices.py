@@ -53,25 +53,44 @@ def graph_device(gm: torch.fx.GraphModule, args) -> torch.device | None:
     if device is not None and device.type != "cpu":
         return device
     for n in gm.graph.nodes:
-        v = _val(n)
-        for t in (v if isinstance(v, (tuple, list)) else (v,)):
-            if isinstance(t, torch.Tensor) and t.device.type != "meta":
-                if t.device.type != "cpu":
-                    return t.device
-                device = device or t.device
+        for d in _devices(n):
+            if d is not None:
+                if d.type != "cpu":
+                    return d
+                device = device or d
     return device
+
+
+# node.meta key of the devices of a node whose `val` holds meta tensors (a graph from
+# frontend/graph_cache.py): a device, or a tuple of them shaped as the value
+DEVICE_KEY = "fusionstitch_device"
 
 
 def _val(node) -> object:
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
-def _device(node) -> torch.device | None:
-    """Where node's tensor value lives; None when unknown (no value, or a meta tensor)."""
+def _devices(node) -> list:
+    """The devices of node's tensors (None for one whose device is unknown)."""
     v = _val(node)
-    if not isinstance(v, torch.Tensor) or v.device.type == "meta":
+    kept = node.meta.get(DEVICE_KEY) if isinstance(node, torch.fx.Node) else None
+    vals = v if isinstance(v, (tuple, list)) else (v,)
+    kept = kept if isinstance(kept, (tuple, list)) else (kept,) * len(vals)
+    out = []
+    for t, d in zip(vals, kept):
+        if isinstance(t, torch.Tensor):
+            dev = t.device if t.device.type != "meta" else d
+            out.append(dev if isinstance(dev, torch.device) else None)
+    return out
+
+
+def _device(node) -> torch.device | None:
+    """Where node's tensor value lives; None when unknown (no value, several, or a meta
+    tensor with no device beside it)."""
+    v = _val(node)
+    if not isinstance(v, torch.Tensor):
         return None
-    return v.device
+    return _devices(node)[0]
 
 
 def _kernel_kind(target) -> bool:
@@ -92,13 +111,8 @@ def _same(a: torch.device, b: torch.device) -> bool:
 
 def needs_placing(gm: torch.fx.GraphModule, device: torch.device) -> bool:
     """Whether some node of `gm` holds a tensor on another device than `device`."""
-    for n in gm.graph.nodes:
-        v = _val(n)
-        vals = v if isinstance(v, (tuple, list)) else (v,)
-        if any(isinstance(t, torch.Tensor) and t.device.type != "meta"
-               and not _same(t.device, device) for t in vals):
-            return True
-    return False
+    return any(d is not None and not _same(d, device)
+               for n in gm.graph.nodes for d in _devices(n))
 
 
 def place(gm: torch.fx.GraphModule, device: torch.device | None) -> torch.fx.GraphModule:
@@ -116,7 +130,7 @@ def place(gm: torch.fx.GraphModule, device: torch.device | None) -> torch.fx.Gra
             return moved[src]
         with graph.inserting_before(where):   # (its first reader: later ones follow it)
             n = graph.call_function(torch.ops.prims.device_put.default, (src, device))
-        n.meta["val"] = _moved(_val(src), device)
+        _place_val(n, _val(src), device)
         moved[src] = n
         return n
 
@@ -136,7 +150,7 @@ def place(gm: torch.fx.GraphModule, device: torch.device | None) -> torch.fx.Gra
             # `step + 1`): done on the GPU, from its inputs moved there (same values);
             # a graph output is moved back to where eager has it
             home = _val(node)
-            node.meta["val"] = _moved(home, device)
+            _place_val(node, home, device)
             if "device" in node.kwargs:    # a factory (scalar_tensor): made there
                 node.kwargs = {**node.kwargs, "device": device}
             outputs = [u for u in node.users if u.op == "output"]
@@ -144,7 +158,7 @@ def place(gm: torch.fx.GraphModule, device: torch.device | None) -> torch.fx.Gra
                 with graph.inserting_after(node):
                     back = graph.call_function(torch.ops.prims.device_put.default,
                                                (node, out))
-                back.meta["val"] = home
+                _place_val(back, home, out)
                 for u in outputs:
                     u.replace_input_with(node, back)
         for x in node.all_input_nodes:
@@ -169,6 +183,13 @@ def _scalar_step(node: torch.fx.Node) -> bool:
         return False
     return all(isinstance(_val(x), torch.Tensor) and _val(x).dim() == 0
                for x in node.all_input_nodes)
+
+
+def _place_val(node: torch.fx.Node, v, device: torch.device) -> None:
+    """Give `node` the value `v` on `device` (its `val`, and the device beside a meta
+    one)."""
+    node.meta["val"] = _moved(v, device)
+    node.meta[DEVICE_KEY] = device
 
 
 def _moved(v, device: torch.device):
@@ -196,14 +217,14 @@ def _transfer(graph: torch.fx.Graph, node: torch.fx.Node, device: torch.device) 
     if _same(dst_dev, device):      # onto the graph's device: move, then cast there
         with graph.inserting_before(node):
             moved = graph.call_function(torch.ops.prims.device_put.default, (src, dst_dev))
-        moved.meta["val"] = _moved(_val(src), dst_dev)
+        _place_val(moved, _val(src), dst_dev)
         node.replace_input_with(src, moved)
         node.kwargs = kwargs
         return
     # off the graph's device: cast here, then move
     with graph.inserting_before(node):
         cast = graph.call_function(torch.ops.aten._to_copy.default, (src,), kwargs)
-    cast.meta["val"] = _moved(val, src_dev)
+    _place_val(cast, val, src_dev)
     node.target = torch.ops.prims.device_put.default
     node.args = (cast, dst_dev)
     node.kwargs = {}

@@ -186,12 +186,16 @@ def test_a_cpu_scalar_the_graph_returns_is_computed_on_the_gpu_and_moved_back():
 
 def test_the_graph_cache_keeps_each_values_device():
     """A graph loaded from the graph cache places as the traced one: its values come back
-    on their devices (fake tensors), not as meta tensors of no device."""
-    from fusionstitch.frontend import graph_cache
+    as meta tensors with their devices beside them."""
+    from fusionstitch.frontend import devices, graph_cache
     gm, _ = trace(scalar_times, ((4, 8), "cuda"), ((), "cpu"))
     back = graph_cache._rebuild(graph_cache._encode_graph(gm))
-    devices = [(n.name, str(n.meta["val"].device)) for n in gm.graph.nodes
-               if isinstance(n.meta.get("val"), torch.Tensor)]
-    assert [(n.name, str(n.meta["val"].device)) for n in back.graph.nodes
-            if isinstance(n.meta.get("val"), torch.Tensor)] == devices
-    assert off_device(place(back, CUDA), CUDA) == []
+
+    def where(g):
+        return [(n.name, devices._devices(n)) for n in g.graph.nodes]
+    assert where(back) == where(gm)
+    assert {str(d) for _, ds in where(back) for d in ds} == {"cpu", "cuda:0"}
+    placed = place(back, CUDA)
+    assert placed is not back
+    assert all(d == CUDA for n in placed.graph.nodes if n.op == "call_function"
+               and devices._kernel_kind(n.target) for d in devices._devices(n))
