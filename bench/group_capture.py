@@ -2,8 +2,8 @@
 
     cases = capture(run_step, compiled_sink, source="zoo:cartpole")
 
-A program is compiled with fusionstitch on the cpu target (its backend's sink keeps every
-compiled graph), run once to compile, then once more with each generated kernel step
+A program is compiled with fusionstitch on a target (cpu unless told; its backend's sink
+keeps every compiled graph), run once to compile, then once more with each generated kernel step
 wrapped so that the inputs it is given are copied as they are (same sizes, strides and
 storage offsets: the kernel's dense-or-general choice depends on them). Each kernel group
 becomes a `GroupCase`:
@@ -58,7 +58,7 @@ class GroupCase:
     gm: torch.fx.GraphModule         # the group's ops as aten calls
     ir_text: str
     schedule: str
-    cpp: str                         # our generated C++ (the kernel's function)
+    cpp: str                         # our generated source: C++ (cpu), Triton (cuda, interpret)
     count: int = 1                   # identical groups in the program
     results: dict = field(default_factory=dict)   # filled by bench/groups.py
 
@@ -252,17 +252,24 @@ def _schedule(group, kernel) -> str:
 
 
 def capture(run_step: Callable[[], None], sink: list, source: str,
-            cls: str | None = None) -> list[GroupCase]:
+            cls: str | None = None, target: str = "cpu") -> list[GroupCase]:
     """The kernel groups of every graph in `sink` (a fusionstitch backend's `_sink`, filled
     by compiling and running `run_step` once already), with the inputs one more
     `run_step()` gives them. `cls`: the class of every group (the corpus names its
-    programs' classes); else each group's `kernel_class`."""
+    programs' classes); else each group's `kernel_class`. `target`: the programs' target
+    (`cpu`, `cuda`, `interpret`); the cases hold its source (C++ or Triton)."""
     from fusionstitch.targets.cpp.printer import cpp_source
+    from fusionstitch.targets.triton.printer import triton_source
+    if target == "cpu":
+        source_of = cpp_source
+    else:
+        def source_of(k):
+            return triton_source(k, interpret=target == "interpret")[1]
     wrapped = []      # (program, original steps, [(group, step, seen)])
     for cg in sink:
         for spec in cg.specialisations.values():
             program = getattr(spec, "program", None)
-            if program is None or program.target != "cpu":
+            if program is None or program.target != target:
                 continue
             kernel_groups = [g for g in spec.plan.groups if g.kind == KERNEL]
             by_step = {id(s): gid for gid, s in program.kernel_steps.items()}
@@ -294,7 +301,7 @@ def capture(run_step: Callable[[], None], sink: list, source: str,
             if not seen:
                 continue
             k = step.kernel
-            cpp = cpp_source(k)
+            cpp = source_of(k)
             key = (digest(cpp), tuple((tuple(t.shape), t.stride(), t.dtype, t.storage_offset())
                                       for t in seen[0]))
             if key in cases:

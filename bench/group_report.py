@@ -79,7 +79,7 @@ def text(cases, rows, classes, meta, top: int, loss: float) -> str:
                   f"{_r(r['ratio'])} (ours {_ms(r['fusionstitch_s'])} ms, Inductor "
                   f"{_ms(r['inductor_s'])} ms, torch {_ms(r['torch_s'])} ms)",
                   f"schedule: {c.schedule}", "", "### IR", c.ir_text, "",
-                  "### fusionstitch C++", c.cpp, "", "### Inductor",
+                  "### fusionstitch (generated source)", c.cpp, "", "### Inductor",
                   inductor_kernels(r.get("inductor_code", ""))]
     return "\n".join(lines) + "\n"
 
@@ -124,7 +124,7 @@ def page(cases, classes, meta, top: int, loss: float) -> str:
                    f"[{e(c.cls)}]: ratio {_r(r['ratio'])}</h3>"
                    f"<p>schedule: <code>{e(c.schedule)}</code></p>"
                    f"<details><summary>IR ({c.n_ops} ops)</summary><pre>{e(c.ir_text)}</pre>"
-                   f"</details><div class=side><div><b>fusionstitch C++</b><pre>{e(c.cpp)}"
+                   f"</details><div class=side><div><b>fusionstitch (generated source)</b><pre>{e(c.cpp)}"
                    f"</pre></div><div><b>Inductor</b><pre>"
                    f"{e(inductor_kernels(r.get('inductor_code', '')))}</pre></div></div>")
     out.append("</body></html>")

@@ -1,11 +1,15 @@
 """Per-group A/B: every fusion group of a program, timed three ways, worst first.
 
     python -m bench.groups [--source zoo,models,corpus] [--workloads a,b] [--size small|full]
+                           [--target cpu|cuda|interpret]
                            [--corpus-sizes 16k,4M] [--classes chain,sim] [--threads N]
                            [--repeat N] [--min-time S] [--top K] [--out DIR] [--no-inductor]
 
-For every kernel group fusionstitch plans on the cpu target (bench/group_capture.py), in
-one process, interleaved (one run of each per round; medians):
+For every kernel group fusionstitch plans on the target (``--target``: ``cpu``, the
+default; ``cuda`` on a GPU, every run bracketed by a device synchronisation; ``interpret``
+runs the Triton kernels in Triton's interpreter, for checking the tool on a CPU only:
+its times say nothing of a GPU) (bench/group_capture.py), in one process, interleaved (one
+run of each per round; medians):
 
 * ``fusionstitch``: our generated kernel, launched as a Program launches it (outputs
   allocated, syms bound: the per-kernel cost of the runtime is in the number);
@@ -89,7 +93,7 @@ def compare(got, ref) -> tuple[float, float]:
 
 
 # --- programs ---------------------------------------------------------------------------
-def zoo_programs(module: str, names, size: str):
+def zoo_programs(module: str, names, size: str, device: str = "cpu"):
     """(source, cls, run-maker) per workload of bench.workloads / bench.models."""
     import importlib
     mod = importlib.import_module(module)
@@ -97,16 +101,17 @@ def zoo_programs(module: str, names, size: str):
     for name in names:
         def make(name=name):
             from bench.run import lean_step
-            inst = mod.make(name, size)
+            inst = mod.make(name, size, device=device)
             return inst.fn, lambda fn: lean_step(inst, fn)
         yield f"{tag}:{name}", None, make
 
 
-def corpus_programs(sizes, classes, seed: int):
+def corpus_programs(sizes, classes, seed: int, device: str = "cpu"):
     from bench.corpus import programs
     for p in programs(sizes, seed, classes):
         def make(p=p):
             fn, args = p.build()
+            args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
 
             def runner(compiled):
                 def run():
@@ -128,7 +133,8 @@ def inductor_compile(case: GroupCase):
     return fn, "\n".join(codes), time.perf_counter() - start
 
 
-def ab_case(case: GroupCase, repeat: int, min_time: float, inductor: bool) -> dict:
+def ab_case(case: GroupCase, repeat: int, min_time: float, inductor: bool,
+            device=None) -> dict:
     """Time one group three ways; fills and returns `case.results`."""
     res = case.results
     inputs = list(case.inputs)
@@ -145,7 +151,7 @@ def ab_case(case: GroupCase, repeat: int, min_time: float, inductor: bool) -> di
                 fns["inductor"] = lambda: ind(*inputs)
             except Exception as e:  # noqa: BLE001 - reported, the others still timed
                 res["inductor_error"] = f"{type(e).__name__}: {e}"
-        t = time_interleaved(fns, warmup=2, repeat=repeat, min_time=min_time)
+        t = time_interleaved(fns, warmup=2, repeat=repeat, min_time=min_time, device=device)
     for k, v in t.items():
         res[f"{k}_s"] = v["median_s"]
     if "inductor_s" in res:
@@ -155,18 +161,21 @@ def ab_case(case: GroupCase, repeat: int, min_time: float, inductor: bool) -> di
 
 
 def run_program(source: str, cls, make, args, log) -> list[GroupCase]:
-    """Compile one program with fusionstitch (cpu), capture its groups, A/B each."""
+    """Compile one program with fusionstitch (`args.target`), capture its groups, A/B
+    each."""
     import fusionstitch
     torch._dynamo.reset()
     fn, runner = make()
     sink: list = []
-    compiled = torch.compile(fn, backend=fusionstitch.backend(target="cpu", _sink=sink))
+    compiled = torch.compile(fn, backend=fusionstitch.backend(target=args.target,
+                                                              _sink=sink))
     step = runner(compiled)
     step()
-    cases = capture(step, sink, source, cls)
+    cases = capture(step, sink, source, cls, target=args.target)
+    device = "cuda" if args.target == "cuda" else None
     for i, case in enumerate(cases):
         try:
-            ab_case(case, args.repeat, args.min_time, not args.no_inductor)
+            ab_case(case, args.repeat, args.min_time, not args.no_inductor, device)
         except Exception as e:  # noqa: BLE001 - one broken group must not stop the run
             case.results["error"] = f"{type(e).__name__}: {e}"
             log(traceback.format_exc())
@@ -223,6 +232,9 @@ def main(argv=None) -> int:
     ap.add_argument("--classes", help="corpus classes to run (comma list of prefixes: "
                     "chain,sim,reduce,softmax,layernorm,bcast)")
     ap.add_argument("--seed", type=int, default=0, help="corpus seed")
+    ap.add_argument("--target", default="cpu", choices=("cpu", "cuda", "interpret"),
+                    help="fusionstitch's target (cuda: on a GPU; interpret: Triton's "
+                         "interpreter, to check the tool without one)")
     ap.add_argument("--threads", type=int, help="torch (and OpenMP) threads; default: torch's")
     ap.add_argument("--repeat", type=int, default=7, help="timed rounds at least")
     ap.add_argument("--min-time", type=float, default=0.05,
@@ -239,27 +251,30 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown source(s) {sorted(unknown)}: use zoo, models, corpus")
     log = (lambda *_: None) if args.quiet else (lambda m: print(m, flush=True))
+    device = "cuda" if args.target == "cuda" else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        ap.error("--target cuda needs a GPU (torch.cuda.is_available() is False)")
     progs = []
     wl = [w for w in (args.workloads or "").split(",") if w]
     if "zoo" in sources:
         from bench import workloads
         names = [w for w in wl if w in workloads.WORKLOADS] if wl else list(DEFAULT_ZOO)
-        progs += zoo_programs("bench.workloads", names, args.size)
+        progs += zoo_programs("bench.workloads", names, args.size, device)
     if "models" in sources:
         try:
             from bench import models
         except ImportError as e:
             ap.error(f"--source models needs bench/models.py ({e})")
         names = [w for w in wl if w in models.WORKLOADS] if wl else models.names()
-        progs += zoo_programs("bench.models", names, args.size)
+        progs += zoo_programs("bench.models", names, args.size, device)
     if "corpus" in sources:
         progs += corpus_programs(args.corpus_sizes.split(","),
                                  args.classes.split(",") if args.classes else None,
-                                 args.seed)
+                                 args.seed, device)
     cases: list[GroupCase] = []
     meta = {"command": "python -m bench.groups " + " ".join(map(shlex.quote, argv or
                                                                   sys.argv[1:])),
-            **versions(), "torch_threads": torch.get_num_threads()}
+            **versions(), "torch_threads": torch.get_num_threads(), "target": args.target}
     from bench.group_report import write
     for source, cls, make in progs:
         log(f"{source}")
@@ -270,7 +285,8 @@ def main(argv=None) -> int:
                   f"{type(e).__name__}: {e}", file=sys.stderr)
             log(traceback.format_exc())
             meta.setdefault("failed_programs", []).append(f"{source}: {type(e).__name__}: {e}")
-        paths = write(cases, meta, args.out, "_".join(sources), args.top)
+        paths = write(cases, meta, args.out, "_".join(sources)
+                      + ("" if args.target == "cpu" else f"_{args.target}"), args.top)
     if cases:
         summary = open(paths[1]).read()
         log("\n" + summary[:summary.find("\n## 1. ")])

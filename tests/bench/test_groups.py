@@ -18,15 +18,15 @@ from bench.group_report import inductor_kernels  # noqa: E402
 from fusionstitch.ir.text import parse  # noqa: E402
 
 
-def _cases(fn, args, source="test"):
+def _cases(fn, args, source="test", target="cpu"):
     sink: list = []
-    compiled = torch.compile(fn, backend=fusionstitch.backend(target="cpu", _sink=sink))
+    compiled = torch.compile(fn, backend=fusionstitch.backend(target=target, _sink=sink))
 
     def step():
         with torch.no_grad():
             compiled(*args)
     step()
-    return capture(step, sink, source)
+    return capture(step, sink, source, target=target)
 
 
 def test_corpus_is_deterministic_and_covers_the_classes():
@@ -123,6 +123,26 @@ def test_main_writes_the_report(tmp_path):
         assert r["fusionstitch_s"] > 0 and r["torch_s"] > 0 and "error" not in r
         assert r["mismatch_frac"] == 0.0
     assert js.with_suffix(".txt").exists() and js.with_suffix(".html").exists()
+
+
+def test_the_triton_side_is_the_same_tool(tmp_path):
+    """--target interpret: the groups of the cuda plan, their Triton sources in the report,
+    checked against torch (what --target cuda runs on a GPU, with device sync)."""
+    rc = groups.main(["--source", "corpus", "--corpus-sizes", "1k", "--classes",
+                      "bcast-row,reduce-sum-d0", "--no-inductor", "--repeat", "2",
+                      "--min-time", "0", "--target", "interpret", "--out", str(tmp_path),
+                      "--quiet"])
+    assert rc == 0
+    [js] = tmp_path.glob("groups_corpus_interpret_*.json")
+    data = json.loads(js.read_text())
+    assert data["meta"]["target"] == "interpret"
+    assert {r["cls"] for r in data["groups"]} == {"bcast-row", "reduce-sum-d0"}
+    for r in data["groups"]:
+        assert r["fusionstitch_s"] > 0 and "error" not in r and r["mismatch_frac"] == 0.0
+    torch._dynamo.reset()
+    [case] = _cases(lambda x: torch.tanh(x) * 3.0, (torch.randn(32, 32),),
+                    target="interpret")
+    assert "tl.program_id" in case.cpp
 
 
 def test_inductor_variant_times_one_group(tmp_path):
