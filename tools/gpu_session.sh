@@ -10,6 +10,7 @@
 #   bash tools/gpu_session.sh reductions  # persistent against looped reductions, rows 256-8192
 #   bash tools/gpu_session.sh models      # the transformers models on cuda: judged against
 #                                         # eager (bench/judge.py) and timed, small size
+#   bash tools/gpu_session.sh groups      # per-group A/B against Inductor on cuda, the corpus
 #
 # Logs, JSON and pictures go to $OUT (the device tool brings that folder back), else to
 # ./gpu-out. Each step stops itself before the tool's 10-minute limit (STEP_LIMIT); the
@@ -52,8 +53,13 @@ case "$step" in
     timeout "$limit" $py -m bench.run --suite models --target cuda --size small --repeat 5 \
       --min-time 0.05 --against eager --cuda-graphs off --no-warm-start \
       ${only[@]+"${only[@]}"} --out "$out" 2>&1 | tee -a "$log" ;;
+  groups)
+    # every fusion group of the generated corpus: our Triton kernel, torch unfused and
+    # Inductor on the same subgraph, synchronised; the report lists where we lose
+    timeout "$limit" $py -m bench.groups --target cuda --source corpus \
+      --corpus-sizes "${CORPUS_SIZES:-16k,1M,16M}" --out "$out" 2>&1 | tee -a "$log" ;;
   reductions)
     timeout "$limit" $py -m bench.reductions --target cuda --out "$out" 2>&1 | tee -a "$log" ;;
   *)
-    echo "usage: $0 tests|bench|bench-bf16|reductions|models" >&2; exit 2 ;;
+    echo "usage: $0 tests|bench|bench-bf16|reductions|models|groups" >&2; exit 2 ;;
 esac
