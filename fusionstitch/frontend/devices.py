@@ -166,7 +166,8 @@ def place(gm: torch.fx.GraphModule, device: torch.device | None) -> torch.fx.Gra
             if d is None or _same(d, device) or x.op == "get_attr":
                 continue   # (constants: the program makes them on its device)
             v = _val(x)
-            if v.dim() != 0:
+            copied = op == "copy.default" and len(node.args) > 1 and node.args[1] is x
+            if v.dim() != 0 and not copied:   # (copy_ takes a source on any device)
                 raise Unsupported(f"op {op} ({node.name}) on {device} reads {x.name}, a "
                                   f"{tuple(v.shape)} tensor on {d}: the graph runs through "
                                   "torch")

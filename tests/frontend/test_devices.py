@@ -39,6 +39,10 @@ def scalar_returned(x, s):        # an optimizer's step count: CPU scalar in and
     return x * t, t
 
 
+def copy_from_host(x, h):         # copy_ of a CPU tensor into a GPU one (functional)
+    return torch.ops.aten.copy.default(x, h) * 2
+
+
 def trace_on_cuda_factories(fn, *args):
     """`fn` traced on the CPU, then its factory ops' device set to cuda and every value
     propagated again with fake tensors (torch without CUDA refuses `arange(device=
@@ -114,7 +118,8 @@ def test_a_graph_without_gpu_inputs_that_makes_gpu_tensors_computes_on_the_gpu()
     (scalar_times, [((4, 8), "cuda"), ((), "cpu")]),
     (to_host_cast, [((4, 8), "cuda")]),
     (from_host, [((4, 8), "cuda"), ((4, 8), "cpu")]),
-], ids=["cpu_scalar", "to_host", "from_host"])
+    (copy_from_host, [((4, 8), "cuda"), ((4, 8), "cpu")]),
+], ids=["cpu_scalar", "to_host", "from_host", "copy_from_host"])
 def test_placed_graphs_keep_kernel_ops_on_the_graphs_device(fn, specs):
     gm, args = trace(fn, *specs)
     assert off_device(gm, CUDA), "the traced graph already needs no placing"
@@ -157,11 +162,12 @@ def test_a_graph_on_one_device_is_left_as_it_is():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("fn", [scalar_times, to_host_cast, from_host, host_arithmetic,
-                                causal_mask, scalar_returned])
+                                causal_mask, scalar_returned, copy_from_host])
 def test_gpu_graphs_mixing_devices_match_eager(fn):
     import fusionstitch
     x = torch.randn(4, 8, device="cuda")
     args = {scalar_times: (x, torch.tensor(0.5)), from_host: (x, torch.randn(4, 8)),
+            copy_from_host: (x, torch.randn(4, 8)),
             causal_mask: (torch.tensor(1.0),),
             scalar_returned: (x, torch.tensor(3.0))}.get(fn, (x,))
     torch._dynamo.reset()
