@@ -15,7 +15,8 @@ into a generated kernel) touches another device: a transfer becomes
 the GPU side; a CPU scalar read by a kernel-kind op on `device` is moved there first by a
 `prims.device_put`, and so is 0-dim arithmetic on CPU scalars (`s > 0`, an optimizer's
 `step + 1`), done on the GPU then (a result the graph returns is moved back to the
-CPU). Library ops, views and getitems keep their inputs as they are (torch runs them).
+CPU); a host factory whose tensor only moves to the GPU (`arange(n).to("cuda")`) is
+made there. Library ops, views and getitems keep their inputs as they are (torch runs them).
 What cannot be placed so, a kernel-kind op that computes on another device (arithmetic
 on CPU tensors inside a GPU graph) or reads a larger tensor from one, raises
 `Unsupported` with the op and the devices: the graph then runs through torch, counted
@@ -142,6 +143,12 @@ def place(gm: torch.fx.GraphModule, device: torch.device | None) -> torch.fx.Gra
         if op == "_to_copy.default" and "device" in node.kwargs:
             _transfer(graph, node, device)
             continue
+        if out is not None and not _same(out, device) and _made_for(node, device):
+            # a factory whose tensor only moves to the graph's device (`arange(n).to(
+            # "cuda")`, `torch.tensor(...)` on the host) is made there instead
+            _place_val(node, _val(node), device)
+            node.kwargs = {**node.kwargs, "device": device}
+            continue
         if out is not None and not _same(out, device):
             if not _scalar_step(node):
                 raise Unsupported(f"op {op} ({node.name}) computes on {out} in a graph on "
@@ -174,6 +181,21 @@ def place(gm: torch.fx.GraphModule, device: torch.device | None) -> torch.fx.Gra
             node.replace_input_with(x, put(x, node))
     graph.lint()
     return torch.fx.GraphModule(gm, graph)
+
+
+def _made_for(node: torch.fx.Node, device: torch.device) -> bool:
+    """Whether `node` is a factory (no tensor inputs, a device argument, no RNG) whose
+    every reader moves it to `device` (`_to_copy` with that device)."""
+    d = lookup(op_name(node.target))
+    if d.category != Category.SOURCE or d.random or node.all_input_nodes \
+            or "device" not in node.kwargs or not node.users:
+        return False
+    for u in node.users:
+        dev = u.kwargs.get("device") if u.op == "call_function" else None
+        if not (u.target is torch.ops.aten._to_copy.default and dev is not None
+                and _same(torch.device(dev), device)):
+            return False
+    return True
 
 
 def _scalar_step(node: torch.fx.Node) -> bool:

@@ -43,6 +43,10 @@ def copy_from_host(x, h):         # copy_ of a CPU tensor into a GPU one (functi
     return torch.ops.aten.copy.default(x, h) * 2
 
 
+def made_on_host(x):              # a host factory whose tensor only moves to the GPU
+    return x * torch.arange(8).to(x.device)
+
+
 def trace_on_cuda_factories(fn, *args):
     """`fn` traced on the CPU, then its factory ops' device set to cuda and every value
     propagated again with fake tensors (torch without CUDA refuses `arange(device=
@@ -137,6 +141,16 @@ def test_placed_graphs_keep_kernel_ops_on_the_graphs_device(fn, specs):
             assert group.kind == "library", group
 
 
+def test_a_host_factory_that_only_moves_to_the_gpu_is_made_there():
+    gm, _ = trace(made_on_host, ((4, 8), "cuda"))
+    placed = place(gm, CUDA)
+    made = next(n for n in placed.graph.nodes if "arange" in str(n.target))
+    assert made.kwargs["device"] == CUDA
+    assert off_device(gm, CUDA) and off_device(placed, CUDA) == []
+    assert not [n for n in placed.graph.nodes
+                if n.target is torch.ops.prims.device_put.default]
+
+
 def test_a_cast_on_the_way_off_the_gpu_is_done_on_the_gpu():
     gm, _ = trace(to_host_cast, ((4, 8), "cuda"))
     placed = place(gm, CUDA)
@@ -162,7 +176,8 @@ def test_a_graph_on_one_device_is_left_as_it_is():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("fn", [scalar_times, to_host_cast, from_host, host_arithmetic,
-                                causal_mask, scalar_returned, copy_from_host])
+                                causal_mask, scalar_returned, copy_from_host,
+                                made_on_host])
 def test_gpu_graphs_mixing_devices_match_eager(fn):
     import fusionstitch
     x = torch.randn(4, 8, device="cuda")
