@@ -63,14 +63,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-
-from .devices import DEVICE_KEY
 import torch.fx
 from torch.autograd.graph import increment_version
 
 from ..config import graph_cache_enabled
 from ..runtime import counters
 from ..runtime.cache import cache_dir, digest, register_memory_cache, write_atomic
+from .devices import DEVICE_KEY
 
 log = logging.getLogger("fusionstitch.frontend")
 

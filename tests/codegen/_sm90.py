@@ -6,6 +6,17 @@ import tempfile
 
 import pytest
 
+
+def or_skip(compile_):
+    """`compile_()`, skipping the test where Triton has no NVIDIA backend (no ptxas)."""
+    try:
+        return compile_()
+    except RuntimeError as e:      # a toolchain without the NVIDIA backend
+        if "ptxas" in str(e) or "backend" in str(e):
+            pytest.skip(str(e))
+        raise
+
+
 def compile_sm90(k, **meta_overrides):
     """(source, compiled kernel) of Kernel `k` for sm_90: every component's constexprs at
     the lowering-time sizes (a sym's value, else 1) and the kernel's launch options
@@ -31,9 +42,4 @@ def compile_sm90(k, **meta_overrides):
         if "STAGE" in fn.arg_names:
             meta["STAGE"] = 2
         meta.update(meta_overrides)
-        try:
-            return src, compile_for(fn, k, meta, 90)
-        except RuntimeError as e:      # a toolchain without the NVIDIA backend
-            if "ptxas" in str(e) or "backend" in str(e):
-                pytest.skip(str(e))
-            raise
+        return src, or_skip(lambda: compile_for(fn, k, meta, 90))

@@ -544,10 +544,11 @@ def _meta(c: Component, tag: str, env: dict, interpret: bool, top: bool = True,
         block = {d: max(16, dot_block(n[d], d, interpret) >> shrink) for d in "XYR"}
     else:
         xb, rb = block_sizes(c, n["X"], n["R"], interpret)
-        if shrink:   # the row block first (a persistent row may turn looped), then rows
-            rb2 = max(1, rb >> shrink)
-            xb = max(1, xb >> max(0, shrink - (rb.bit_length() - rb2.bit_length())))
-            rb = rb2
+        for _ in range(shrink):   # the row block first (a persistent row may turn
+            if rb > 1:            # looped), then the rows
+                rb //= 2
+            else:
+                xb = max(1, xb // 2)
         block = {"X": xb, "R": rb}
     dims = _DIMS[c.kind]
     out = {f"{d}BLOCK{tag}": block[d] for d in dims}

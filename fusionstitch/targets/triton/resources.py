@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...ir.graph import DTYPES
+from ...ir.graph import dtype_name
 
 SHARED_LIMIT = {80: 166912, 86: 101376, 89: 101376, 90: 232448}
 
+# launch arguments that are compile options, not kernel parameters
+_OPTIONS = ("num_warps", "num_stages")
 # IR dtype name -> Triton's signature type of a pointer to it
 _POINTER = {"f16": "*fp16", "bf16": "*bf16", "f32": "*fp32", "f64": "*fp64", "i8": "*i8",
             "u8": "*u8", "i16": "*i16", "i32": "*i32", "i64": "*i64", "b8": "*i1"}
@@ -35,9 +37,7 @@ class LaunchResources:
 
 def _pointer(dtype) -> str:
     """Triton's pointer type for a torch dtype or an IR dtype name."""
-    if not isinstance(dtype, str):
-        dtype = next(k for k, v in DTYPES.items() if v == dtype)
-    return _POINTER[dtype]
+    return _POINTER[dtype if isinstance(dtype, str) else dtype_name(dtype)]
 
 
 def compile_for(fn, kernel, meta: dict, arch: int = 90, workspace_dtypes=None):
@@ -58,7 +58,7 @@ def compile_for(fn, kernel, meta: dict, arch: int = 90, workspace_dtypes=None):
     sig.update({n: _pointer(dt) for n, dt in zip(workspaces(kernel), workspace_dtypes)})
     if len(kernel.components) > 1:
         sig.update({f"pstart{i}": "i32" for i in range(len(kernel.components))})
-    options = {o: meta[o] for o in ("num_warps", "num_stages") if o in meta}
+    options = {o: meta[o] for o in _OPTIONS if o in meta}
     consts = {n: v for n, v in meta.items() if n not in options}
     sig.update({n: "constexpr" for n in consts})
     if list(sig) != list(fn.arg_names):
@@ -78,6 +78,6 @@ def launch_resources(tk, syms: list[int], arch: int = 90) -> list[LaunchResource
     out = []
     for _, _, meta in launches:
         md = compile_for(tk.fn, tk.kernel, meta, arch, [dt for _, dt in ws]).metadata
-        consts = {n: v for n, v in meta.items() if n not in ("num_warps", "num_stages")}
+        consts = {n: v for n, v in meta.items() if n not in _OPTIONS}
         out.append(LaunchResources(consts, md.shared, md.num_warps, md.num_stages))
     return out
