@@ -52,8 +52,13 @@ Elementwise ops (`Op.op`), with their arity:
        erf floor ceil round trunc sign reciprocal not bitwise_not isnan isinf cast
     2: add sub mul truediv floordiv remainder fmod pow maximum minimum
        eq ne lt le gt ge and or xor bitwise_and bitwise_or bitwise_xor
-       lshift rshift
+       lshift rshift check_index
     3: where (cond, a, b)
+`check_index(k, n)` (i64) is k when 0 <= k < n; otherwise the kernel records an index
+error (the runtime raises IndexError after the launch, naming `Kernel.checks`) and the
+result is 0, so that no load reads outside its buffer (GPU targets, which cannot raise,
+give that clamped index). Every index a lowering reads from data (gather, embedding,
+index) goes through it.
 `cast` converts its argument to `Op.dtype`; every other op computes in `Op.dtype`,
 its arguments already having that dtype (comparisons: arguments share a dtype,
 the result is b8). `maximum`/`minimum` propagate NaN as torch does.
@@ -73,7 +78,8 @@ UNARY = frozenset("neg abs exp exp2 log log2 log1p expm1 sqrt rsqrt sin cos tan 
                   "erf floor ceil round trunc sign reciprocal not bitwise_not isnan isinf "
                   "cast".split())
 BINARY = frozenset("add sub mul truediv floordiv remainder fmod pow maximum minimum eq ne lt "
-                   "le gt ge and or xor bitwise_and bitwise_or bitwise_xor lshift rshift".split())
+                   "le gt ge and or xor bitwise_and bitwise_or bitwise_xor lshift rshift "
+                   "check_index".split())
 TERNARY = frozenset({"where"})
 COMPARISONS = frozenset("eq ne lt le gt ge".split())
 REDUCTIONS = frozenset({"sum", "max", "min", "prod"})
@@ -197,6 +203,9 @@ class Kernel:
     # relations between size symbols the kernel is correct under (a graph of symbolic
     # sizes, ir/symbolic.py): what lowering decided from the hints
     guards: frozenset = field(default=frozenset(), compare=False)
+    # what its `check_index` ops check, one line each ("gather.default: the index along
+    # dim 1 must be in [0, 5)"): the message of the IndexError an index out of range raises
+    checks: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:

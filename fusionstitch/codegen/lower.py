@@ -71,6 +71,7 @@ class Lowerer:
         self.outputs: list[Buffer] = []
         self.syms: dict = {}      # "ks<value>" | ("dim", expr) | stride name -> Sym
         self.bindings: dict[str, tuple] = {}
+        self.checks: dict[str, None] = {}   # what the check_index ops check (Kernel.checks)
         self.dtype_of: dict[str, str] = {"xmask": "b8", "rmask": "b8", "ymask": "b8"}
         self.counter = 0
         self.scope = Scope()
@@ -195,6 +196,13 @@ class Lowerer:
         var = self.emit(Op(self.fresh(), op, args, dtype), ("op", op, args, dtype))
         self.dtype_of[var] = dtype
         return var
+
+    def checked_index(self, k: str, size, what: str) -> str:
+        """Index variable `k` (any integer dtype) as an i64 checked against [0, size):
+        out of range, the kernel raises IndexError(`what`) after its launch instead of
+        reading outside the buffer (kernel.py's `check_index`)."""
+        self.checks.setdefault(f"{what} must be in [0, {size})")
+        return self.op("check_index", (self.cast(k, "i64"), self.const(size, "i64")), "i64")
 
     def size_number(self, e, hints: dict) -> str:
         """A variable holding the value of size expression `e` (sympy, of the symbols whose
@@ -614,7 +622,7 @@ def _lower_group(graph: Graph, names, kernel_name: str, schedule: Schedule | Non
                                                        _natural(s.name))))
     # concatenations along x: one component per piece (pieces.py)
     return split_pieces(Kernel(kernel_name, buffers, syms, tuple(comps), L.index_dtype,
-                               tuple(sorted(L.bindings.items()))))
+                               tuple(sorted(L.bindings.items())), checks=tuple(L.checks)))
 
 
 def _check_dtypes(graph: Graph, names) -> None:

@@ -16,7 +16,7 @@ from functools import lru_cache
 import torch
 
 from ..ir.graph import GETITEM, Ref, TensorLiteral, TensorType, dtype_name
-from ..ir.ops import resolve_overload
+from ..ir.ops import one_write_scatter, resolve_overload
 from ..schedule.propagate import FUSIBLE_DOTS, SIMPLE_REDUCTIONS, reduced_dims
 from . import expr as E
 from ..config import elide_half_casts
@@ -202,6 +202,8 @@ def _elementwise(L: Lowerer, node, idx) -> str | None:
         if out.startswith("f"):
             return L.op("trunc", (L.op("truediv", (x, y), out),), out)
         raise Unsupported("integer division with rounding_mode='trunc'")
+    if op in ("scatter.value", "scatter.src") and one_write_scatter(L.graph, node):
+        return _one_write_scatter(L, node, idx, out)
     if op == "where.self":
         c = operand(L, a[0], idx, shape, "b8")
         return L.op("where", (c, operand(L, a[1], idx, shape, out),
@@ -389,7 +391,8 @@ def _index_map(L: Lowerer, node, idx, element):
         w, ind = b["weight"], b["indices"]
         it = g[ind.name].type
         k = L.value(ind.name, tuple(idx[:len(it.shape)]))
-        row = E.Value(L.cast(k, "i64"))
+        rows = g[w.name].type.shape[0]
+        row = E.Value(L.checked_index(k, rows, f"{op}: an index into the weight's {rows} rows"))
         return w.name, None, (row, idx[-1])
     if op == "gather.default":
         b = bind(node)
@@ -399,7 +402,7 @@ def _index_map(L: Lowerer, node, idx, element):
             return b["self"].name, None, ()
         k = L.value(b["index"].name, idx)
         res = list(idx)
-        res[d] = E.Value(L.cast(k, "i64"))
+        res[d] = E.Value(L.checked_index(k, src[d], f"{op}: an index along dim {d}"))
         return b["self"].name, None, tuple(res)
     if op == "index_select.default":
         b = bind(node)
@@ -409,13 +412,28 @@ def _index_map(L: Lowerer, node, idx, element):
             return b["self"].name, None, ()
         k = L.value(b["index"].name, (idx[d],))
         res = list(idx)
-        res[d] = E.Value(L.cast(k, "i64"))
+        res[d] = E.Value(L.checked_index(k, src[d], f"{op}: an index along dim {d}"))
         return b["self"].name, None, tuple(res)
     if op in ("index.Tensor", "_unsafe_index.Tensor"):
         return _advanced_index(L, node, idx)
     if op in ("arange.start_step", "arange.default", "arange.start", "iota.default"):
         raise Unsupported(f"{op}")
     return None
+
+
+def _one_write_scatter(L: Lowerer, node, idx, out: str) -> str:
+    """`scatter(x, dim, index, value|src)` writing one element per line along `dim`
+    (ir/ops.py's `one_write_scatter`): x where the line's one index is not this
+    position, else the value (src at the index's position, [.., 0, ..]). The index is
+    checked against the dim's size, as eager's scatter checks it."""
+    x, dim, index, v = node.args
+    shape = node.type.shape
+    d = dim % len(shape)
+    at = tuple(E.Const(0) if k == d else e for k, e in enumerate(idx))
+    k = L.checked_index(L.value(index.name, at), shape[d], f"{node.op}: an index along dim {d}")
+    hit = L.op("eq", (L.cast(L.index(idx[d]), "i64"), k), "b8")
+    return L.op("where", (hit, operand(L, v, at, shape, out), operand(L, x, idx, shape, out)),
+                out)
 
 
 def _advanced_index(L: Lowerer, node, idx):
@@ -448,6 +466,9 @@ def _advanced_index(L: Lowerer, node, idx):
         n = L.const(src[d], "i64")
         k = L.op("where", (L.op("lt", (k, L.const(0, "i64")), "b8"),
                            L.op("add", (k, n), "i64"), k), "i64")
+        if node.op != "_unsafe_index.Tensor":   # (its indices are computed in range)
+            k = L.checked_index(k, src[d], f"{node.op}: an index of dim {d} (a negative one "
+                                           f"counted from the end)")
         res.append(E.Value(k))
     return b["self"].name, None, tuple(res)
 
@@ -730,6 +751,7 @@ SUPPORTED_OPS = frozenset(
     | {"add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar", "rsub.Scalar",
        "div.Tensor_mode", "where.self", "prims.fma.default", "clamp.default",
        "hardtanh.default", "slice_scatter.default", "repeat.default",
+       "scatter.value", "scatter.src",    # the one-write form alone (ir/ops.py)
        "clamp_min.default", "clamp_max.default", "relu.default", "gelu.default",
        "silu.default", "_to_copy.default", "clone.default", "alias.default",
        "lift_fresh_copy.default", "detach.default", "_conj.default", "copy.default",

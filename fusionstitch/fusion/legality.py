@@ -39,7 +39,8 @@ from ..codegen.lower import Unsupported, lower_group
 from ..codegen.lowerings import SUPPORTED_OPS
 from ..config import elide_half_casts
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Node
-from ..ir.ops import FUSIBLE_DOTS, SCATTER_OPS, SIMPLE_REDUCTIONS, Category, lookup
+from ..ir.ops import (FUSIBLE_DOTS, SCATTER_OPS, SIMPLE_REDUCTIONS, Category, lookup,
+                      one_write_scatter)
 from ..runtime.cache import register_memory_cache
 from ..schedule.propagate import Inconsistent, components, dot_dims, group_spaces
 from ..targets import resolve
@@ -222,7 +223,7 @@ def fusible(graph: Graph, node: Node, *, batched_gemms: bool = False) -> Decisio
     if d.random:
         return Decision.forbid(f"{node.op} draws random numbers; it runs through torch to "
                                "keep eager's RNG stream", "op")
-    if node.op in SCATTER_OPS:
+    if node.op in SCATTER_OPS and not one_write_scatter(graph, node):
         return Decision.forbid(f"{node.op} scatters to data-dependent positions", "op")
     if d.category == Category.DOT:
         if batched_gemms and node.op in FUSIBLE_DOTS and small_gemm(graph, node):

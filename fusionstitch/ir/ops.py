@@ -277,6 +277,8 @@ FULL_REDUCTIONS = frozenset(n for n, d in OP_TABLE.items() if d.reduction == "fu
 TWO_PASS_REDUCTIONS = ops_where("two_pass")
 FUSIBLE_DOTS = ops_where("fusible_dot")
 SCATTER_OPS = ops_where("scatter")
+# scatters that `one_write_scatter` may find elementwise
+_ONE_WRITE = frozenset({"scatter.value", "scatter.src"})
 EXPENSIVE_OPS = ops_where("expensive")
 BRANCHING_OPS = ops_where("branching")
 LOGICAL_RESHAPES = ops_where("logical_reshape")
@@ -403,3 +405,25 @@ def infer_type(op: str, args: tuple, kwargs: tuple, types) -> Type:
     except Exception as e:  # torch's message says which argument is wrong
         raise TypeError(f"op {op}: arguments do not fit its schema or shapes: {e}") from e
     return type_of_value(out, op)
+
+
+def one_write_scatter(graph, node) -> bool:
+    """Whether `node` is a scatter that writes at most one element of each line along its
+    dim: `scatter(x, dim, index, value|src)` with `index` of size 1 along `dim` and of
+    `x`'s size along every other dim (the one-hot of a loss's backward: nll_loss's
+    `scatter(zeros, 1, target[:, None], -1)`). Then it is elementwise,
+    `out[.., j, ..] = j == index[.., 0, ..] ? value (src[.., 0, ..]) : x[.., j, ..]`, and
+    a kernel computes it like any other elementwise op (codegen/lowerings.py); any other
+    scatter writes data-dependent positions that may collide."""
+    if node.op not in _ONE_WRITE or node.kwargs or len(node.args) != 4:
+        return False
+    x, dim, index = node.args[:3]
+    if not (isinstance(x, Ref) and isinstance(index, Ref) and isinstance(dim, int)):
+        return False
+    tx, ti = graph[x.name].type, graph[index.name].type
+    if not (isinstance(tx, TensorType) and isinstance(ti, TensorType)) or tx.rank == 0 \
+            or tx.rank != ti.rank:
+        return False
+    d = dim % tx.rank
+    return ti.shape[d] == 1 and all(ti.shape[k] == tx.shape[k]
+                                    for k in range(tx.rank) if k != d)

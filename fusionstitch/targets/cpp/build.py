@@ -206,13 +206,15 @@ def load_library(n_kernels: int, source: str, libs: tuple[str, ...] = ()) -> cty
 ERROR_ARG = "fs_error"
 
 
-def runner(cfunc, name: str, checks_errors: bool = False
+def runner(cfunc, name: str, checks_errors: bool = False, checks: tuple[str, ...] = ()
             ) -> Callable[[list[torch.Tensor], list[int]], None]:
     """`run(buffers, syms)`: calls `<name>_packed` with one array of the data pointers
-    then the syms (see PREAMBLE's `call_packed`). A kernel that divides integers
-    (`checks_errors`) also gets the address of an error cell, the array's last slot (one
-    per call, so concurrent calls never see each other's), and a zero divisor raises
-    what eager raises, RuntimeError("ZeroDivisionError"), after the launch."""
+    then the syms (see PREAMBLE's `call_packed`). A kernel that divides integers or
+    checks indices (`checks_errors`) also gets the address of an error cell, the
+    array's last slot (one per call, so concurrent calls never see each other's): a
+    zero divisor (code 1) raises what eager raises, RuntimeError("ZeroDivisionError"),
+    and an index out of range (code 2) IndexError naming `checks` (the kernel's), after
+    the launch."""
     data_ptr = torch.Tensor.data_ptr
 
     if not checks_errors:
@@ -229,10 +231,70 @@ def runner(cfunc, name: str, checks_errors: bool = False
             args[-2] = base + args.itemsize * (len(args) - 1)   # -> the error cell
             cfunc(base)
             if args[-1]:
-                raise RuntimeError("ZeroDivisionError")
+                raise kernel_error(args[-1], checks)
 
     run.__name__ = name
+    run.chain = chain                                   # (see `chain`)
+    run.native = (cfunc, checks_errors, checks)
     return run
+
+
+# arguments of one kernel of a chain, at most (PREAMBLE's FS_CHAIN_ARGS)
+CHAIN_ARGS = 1024
+
+
+def chain(runs: list, syms: list) -> Callable[[list[torch.Tensor]], None] | None:
+    """One native call running the kernels of `runs` (runners of this module, made by
+    `compile_cpu`) in order, each with its fixed `syms` (PREAMBLE's `fs_chain`):
+    `call(buffers)` takes every kernel's buffers, one kernel's after another, and raises
+    what the kernels' runners would. A program's consecutive static kernels
+    (runtime/wrapper.py) then pay one ctypes call and one argument array together (a
+    launch alone costs 1-3 us of host time, and a small step has dozens). None when a
+    kernel takes more arguments than a chain passes."""
+    table: list[int] = [len(runs)]
+    errors_at: list[int] = []
+    checks: list[str] = []
+    offset = 0
+    for run, ys in zip(runs, syms):
+        cfunc, errors, kchecks = run.native
+        n = run.buffers
+        if n + len(ys) + 1 > CHAIN_ARGS:
+            return None
+        if errors:
+            errors_at.append(len(table) + 3)
+        table += [ctypes.cast(cfunc, ctypes.c_void_p).value, n, len(ys), 0]
+        table += range(offset, offset + n)
+        table += ys
+        offset += n
+        checks += [c for c in kchecks if c not in checks]
+    for i in errors_at:
+        table[i] = offset       # the error cell: the slot after every buffer's pointer
+    table_array = array("q", table)
+    address = table_array.buffer_info()[0]
+    fs_chain = runs[0].library.fs_chain
+    fs_chain.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    fs_chain.restype = None
+    data_ptr = torch.Tensor.data_ptr
+    checks_t = tuple(checks)
+
+    def call(buffers: list[torch.Tensor]) -> None:
+        p = array("q", map(data_ptr, buffers))
+        p.append(0)
+        fs_chain(address, p.buffer_info()[0])
+        if p[-1]:
+            raise kernel_error(p[-1], checks_t)
+
+    call.table = table_array          # (alive as long as the function)
+    return call
+
+
+def kernel_error(code: int, checks: tuple[str, ...] = ()) -> Exception:
+    """The exception for error code `code` of a kernel's error cell (1: an integer
+    division by zero, 2: an index out of range, `checks` saying what was checked)."""
+    if code == 2:
+        what = "; ".join(checks) or "an index read from a tensor"
+        return IndexError(f"index out of range: {what}")
+    return RuntimeError("ZeroDivisionError")
 
 
 def clear_memory_cache() -> None:

@@ -69,9 +69,11 @@ Choices this target makes (where the IR leaves room):
 * Integer add/sub/mul/neg/sum/prod wrap around (computed in unsigned types) as
   torch's do; signed overflow is never undefined behaviour here.
 * Integer floordiv/remainder/fmod by zero record the error in the kernel's last
-  argument, `int64_t* fs_error` (only kernels that divide integers have it), give 0
-  and go on (a kernel must not trap with SIGFPE); the runner then raises eager's
-  RuntimeError("ZeroDivisionError"). x // -1 of the most negative value wraps.
+  argument, `int64_t* fs_error` (only kernels that divide integers or check indices
+  have it), give 0 and go on (a kernel must not trap with SIGFPE); the runner then
+  raises eager's RuntimeError("ZeroDivisionError"). x // -1 of the most negative value
+  wraps. `check_index` out of range records its own code there and gives index 0; the
+  runner raises IndexError naming the kernel's `checks`.
 * floordiv of floats is c10's `div_floor_floating` (so 1.0 // 0.1 == 9, as torch);
   remainder of floats is fmod corrected to the sign of the divisor.
 * float -> u8/i8/i16 casts go through int64 (torch: 300.7 -> u8 gives 44).
@@ -681,6 +683,9 @@ class _Printer(FlatLoops, ReduceLoops):
         if op in ("floordiv", "remainder", "fmod") and not fl:
             self.divides_ints = True
             return f"fs::{op}_int<{ct}>({a}, {b}, {ERROR_ARG})"
+        if op == "check_index":
+            self.divides_ints = True        # (it records errors in the same cell)
+            return f"fs::check_index({a}, {b}, {ERROR_ARG})"
         if op == "floordiv":
             return f"fs::floordiv_float<{ct}>({a}, {b})"
         if op == "remainder":
@@ -756,5 +761,12 @@ def compile_cpu(kernels: list[Kernel]) -> list[Callable[[list[torch.Tensor], lis
         # is a little cheaper than to c_void_p; x86-64 and aarch64 pass both alike)
         cfunc.argtypes = [ctypes.c_int64]
         cfunc.restype = None
-        funcs[sym] = runner(cfunc, sym, f"int64_t* __restrict__ {ERROR_ARG})" in src)
-    return [funcs[sym] for sym in symbols]
+        funcs[sym] = cfunc, f"int64_t* __restrict__ {ERROR_ARG})" in src
+    # one runner per kernel: kernels of one source may check indices of different ops
+    runs = []
+    for k, sym in zip(kernels, symbols):
+        run = runner(funcs[sym][0], sym, funcs[sym][1], k.checks)
+        run.buffers = len(k.buffers)      # (build.chain: the pointers it takes)
+        run.library = lib
+        runs.append(run)
+    return runs

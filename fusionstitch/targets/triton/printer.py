@@ -151,6 +151,10 @@ class _Printer:
             return f"{fn}({a[0]}, {a[1]}{nan})"
         if s.op == "where":
             return f"tl.where({a[0]}, {a[1]}, {a[2]})"
+        if s.op == "check_index":
+            # a GPU kernel cannot raise: an index out of range reads element 0 of its dim
+            # instead of memory outside the tensor (kernel.py's check_index)
+            return f"tl.where(({a[0]} >= 0) & ({a[0]} < {a[1]}), {a[0]}, 0)"
         if s.op in ("floordiv", "remainder", "fmod") and not is_float:
             return self.int_division(s.op, a[0], a[1], TL_DTYPE[dt])
         if s.op == "floordiv":

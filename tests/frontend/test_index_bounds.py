@@ -1,0 +1,96 @@
+"""An index read from a tensor (gather, embedding, index_select, x[idx], a loss's target)
+that is out of range raises an error naming the op, as eager does, instead of reading
+memory outside the tensor (kernel.py's `check_index`); in range, the results are
+eager's, for every sign and size the op accepts."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fusionstitch
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
+    torch._dynamo.reset()
+    fusionstitch.reset_stats()
+
+
+def _compiled(fn, target="cpu", dynamic=False):
+    return torch.compile(fn, backend=fusionstitch.backend(target=target), dynamic=dynamic)
+
+
+X = torch.randn(4, 5)
+
+# (name, fn, a good index, a bad index, the op the error names)
+CASES = [
+    ("gather", lambda x, i: torch.gather(x, 1, i) * 2,
+     torch.tensor([[0], [4], [1], [2]]), torch.tensor([[0], [9], [1], [2]]), "gather"),
+    ("gather_negative", lambda x, i: torch.gather(x, 1, i) * 2,
+     torch.tensor([[0], [4], [1], [2]]), torch.tensor([[0], [-1], [1], [2]]), "gather"),
+    ("gather_dim0", lambda x, i: torch.gather(x, 0, i) + 1,
+     torch.tensor([[3, 0, 1, 2, 3]]), torch.tensor([[3, 0, 4, 2, 3]]), "gather"),
+    ("index_select", lambda x, i: x.index_select(0, i).exp(),
+     torch.tensor([3, 0, 3]), torch.tensor([3, 7, 0]), "index_select"),
+    ("embedding", lambda x, i: F.embedding(i, x) * 3,
+     torch.tensor([[1, 3], [0, 2]]), torch.tensor([[1, 3], [100000, 2]]), "embedding"),
+    ("advanced_index", lambda x, i: x[i] + 1,
+     torch.tensor([0, -4, 3]), torch.tensor([0, 4, 3]), "index"),
+    ("advanced_index_negative", lambda x, i: x[:, i].sin(),
+     torch.tensor([-5, -1, 4]), torch.tensor([-6, -1, 4]), "index"),
+    ("cross_entropy", lambda x, t: F.cross_entropy(x, t),
+     torch.tensor([0, 4, 2, 1]), torch.tensor([0, 1, 7, 2]), "gather"),
+]
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("name,fn,good,bad,op", CASES, ids=[c[0] for c in CASES])
+def test_an_index_out_of_range_raises_naming_the_op(name, fn, good, bad, op, dynamic):
+    with pytest.raises(Exception):      # eager refuses it too
+        fn(X, bad)
+    f = _compiled(fn, dynamic=dynamic)
+    with pytest.raises(IndexError, match=rf"index out of range: {op}\S*: .* must be in \[0, "):
+        f(X, bad)
+    # the same compiled function, called with good indices: eager's numbers
+    torch.testing.assert_close(f(X, good), fn(X, good))
+    assert fusionstitch.stats()["fallbacks"] == 0
+
+
+def test_a_training_step_with_a_bad_target_raises_and_the_next_one_is_right():
+    w = torch.randn(5, 3, requires_grad=True)
+
+    def step(x, t):
+        return F.cross_entropy(x @ w, t)
+
+    f = _compiled(step)
+    x = torch.randn(4, 5)
+    with pytest.raises(IndexError, match="gather"):
+        f(x, torch.tensor([0, 3, 1, 2]))
+    t = torch.tensor([0, 2, 1, 2])
+    loss = f(x, t)
+    loss.backward()
+    got = w.grad.clone()
+    w.grad = None
+    step(x, t).backward()
+    torch.testing.assert_close(loss, step(x, t))
+    torch.testing.assert_close(got, w.grad)
+
+
+def test_the_check_is_in_the_kernel_and_names_what_it_checks():
+    from fusionstitch.targets.cpp.printer import cpp_source
+    sink = []
+    fn = torch.compile(lambda x, i: torch.gather(x, 1, i) * 2,
+                       backend=fusionstitch.backend(target="cpu", _sink=sink))
+    fn(X, torch.tensor([[0], [4], [1], [2]]))
+    kernels = [k for g in sink for s in g.specialisations.values()
+               for k in s.lowered.kernels.values()]
+    assert any("gather" in c for k in kernels for c in k.checks)
+    assert any("fs::check_index(" in cpp_source(k, "k") for k in kernels)
+
+
+def test_the_triton_side_reads_element_zero_instead_of_outside_the_tensor():
+    pytest.importorskip("triton")
+    fn = lambda x, i: torch.gather(x, 1, i) * 2      # noqa: E731
+    bad = torch.tensor([[0], [9], [1], [-3]])
+    got = _compiled(fn, target="interpret")(X, bad)
+    torch.testing.assert_close(got, fn(X, torch.where((bad >= 0) & (bad < 5), bad, 0)))
