@@ -34,6 +34,8 @@ FUSIONSTITCH_WRAPPER=0 keeps the interpreter (`Program._run`) for every call.
 """
 from __future__ import annotations
 
+import math
+import operator
 from typing import Any, Callable
 
 import torch
@@ -127,14 +129,41 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
         else:
             src.emit("".join(f"values[{d}] = " for d in dead) + "None")
 
+    # consecutive small static kernels, launched together (`_chainable`): (step, position,
+    # dead, i); their buffers are made where they stand (`_chain_buffers`: a view after
+    # one may read its output), their launch waits for the chain's end (`flush`)
+    chain: list[tuple] = []
+
+    def join(step, dead, i) -> None:
+        _chain_buffers(src, step, len(chain))
+        chain.append((step, position, dead, i))
+
+    def flush() -> None:
+        nonlocal position
+        if not chain:
+            return
+        _launch_chain(src, [c[0] for c in chain])
+        here = position
+        for _, at, dead, i in chain:    # drops wait for the chain: its kernels read them
+            position = at
+            drops(dead, i)
+        position = here
+        chain.clear()
+
     for i, (kind, ops) in enumerate(program.steps):
         if kind == "generated":
             position += 1
             step, dead = ops
             kernels += 1
             if _inline(step) and not (recycled and step.pooled):
+                if not _chainable(step, chain):
+                    flush()
+                if _chainable(step, chain):
+                    join(step, dead, i)
+                    continue
                 _launch(src, step)
             else:
+                flush()
                 src.emit(f"{src.name('K', step)}(values, pool)")
             drops(dead, i)
             continue
@@ -152,9 +181,12 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
                 continue
             method = _method_call(src, fn, args, kwargs, slot_type)
             if method is not None:
+                if _VIEW_METHODS[fn][0] == "reshape":   # (it copies what it cannot view)
+                    flush()
                 src.emit(f"values[{slot}] = {method}")
                 drops(dead, i)
                 continue
+            flush()     # an op that reads data: the kernels before it run first
             call = ", ".join([src.expr(a, slot_type) for a in args] +
                              [f"{k}={src.expr(v, slot_type)}" for k, v in kwargs.items()])
             src.emit(f"values[{slot}] = {src.name('F', direct(fn))}({call})")
@@ -164,6 +196,7 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
         elif kind == LIBRARY:
             library += 1
         # `unbuilt` groups: counted in num_fallback_calls, as _run counts them
+    flush()
     increments = {"kernels_launched": kernels, "library_calls": library}
     if program.num_fallback_calls:
         increments["fallbacks"] = program.num_fallback_calls
@@ -303,6 +336,83 @@ def direct(fn: Callable) -> Callable:
 
 def _storage_ptr(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
+
+
+# A chain's kernels are launched in one native call (the target's `run.chain`, e.g.
+# targets/cpp/build.chain) when each writes at most CHAIN_KERNEL_BYTES and all of them
+# CHAIN_BYTES: a launch's host cost (1-3 us) weighs only beside small kernels, and a
+# chain allocates its kernels' outputs before it runs and drops its dead values after,
+# so its memory peak can grow by what it allocates.
+CHAIN_KERNEL_BYTES = 1 << 18
+CHAIN_BYTES = 1 << 20
+
+
+def _output_bytes(step) -> int:
+    return sum(math.prod(int(d) for d in shape) * dt.itemsize
+               for (_, _, shape, _), dt in zip(step.outputs, step.torch_dtype)) + \
+        sum(math.prod(int(d) for d in shape) * dt.itemsize for shape, dt in step.scratch)
+
+
+def _chainable(step, chain: list) -> bool:
+    """Whether `step` (an inline launch) may join `chain`: no stores into inputs, a target
+    runner that chains, the same one as the chain's, and the byte limits above."""
+    fn = getattr(step.run, "chain", None)
+    if step.into or fn is None or not chaining():
+        return False
+    size = _output_bytes(step)
+    if size > CHAIN_KERNEL_BYTES:
+        return False
+    if chain:
+        first = chain[0][0]
+        if getattr(first.run, "chain", None) is not fn or \
+                sum(_output_bytes(c[0]) for c in chain) + size > CHAIN_BYTES:
+            return False
+    return True
+
+
+def chaining() -> bool:
+    """FUSIONSTITCH_CHAIN=0 launches every kernel on its own (the A/B of the chains)."""
+    return env_flag_default("FUSIONSTITCH_CHAIN", True)
+
+
+def _chain_buffers(src: _Source, step, j: int) -> None:
+    """`b<j> = [...]`: the buffers of the `j`th kernel of a chain, its outputs allocated
+    (and in `values`, for the views and kernels after it)."""
+    args = []
+    for k, (slot, element) in enumerate(step.inputs):
+        src.emit(f"a{j}_{k} = values[{slot}]" + ("" if element is None else f"[{element!r}]"))
+        args.append(f"a{j}_{k}")
+    device = src.name("DEV", step.device)
+    for k, ((slot, _, shape, _), dt) in enumerate(zip(step.outputs, step.torch_dtype)):
+        src.emit(f"o{j}_{k} = values[{slot}] = {_empty(src, shape, dt, step.device, device)}")
+        args.append(f"o{j}_{k}")
+    for k, (shape, dt) in enumerate(step.scratch):
+        src.emit(f"s{j}_{k} = {_empty(src, shape, dt, step.device, device)}")
+        args.append(f"s{j}_{k}")
+    src.emit(f"b{j} = [{', '.join(args)}]")
+
+
+def _launch_chain(src: _Source, steps: list) -> None:
+    """The launches of a chain's kernels (`_chain_buffers` made their `b<j>`): one call of
+    their target's chain, which checks at each call that no step's `run` was replaced
+    since (a profiler, a test wraps them) and launches them one by one if one was; one
+    by one too where there is one kernel, or the target refuses the chain."""
+    runs = [s.run for s in steps]
+    fn = runs[0].chain(runs, [list(s.fixed_syms()) for s in steps]) if len(steps) > 1 \
+        else None
+    names = [src.name("K", step) for step in steps]
+    pad = ""
+    if fn is not None:
+        src.emit(f"if tuple(map({src.name('RUN', _RUN)}, {src.name('KS', tuple(steps))})) == "
+                 f"{src.name('R', tuple(runs))}:")
+        src.emit(f"    {src.name('CH', fn)}({' + '.join(f'b{j}' for j in range(len(steps)))})")
+        src.emit("else:")
+        pad = "    "
+    for j, step in enumerate(steps):
+        src.emit(f"{pad}{names[j]}.run(b{j}, {src.name('Y', step.fixed_syms())})")
+
+
+_RUN = operator.attrgetter("run")
 
 
 def _launch(src: _Source, step) -> None:

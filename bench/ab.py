@@ -1,0 +1,115 @@
+"""Side-by-side A/B of backends on one workload, interleaved, by thread CPU time.
+
+    python -m bench.ab resnet_infer [--variants eager,fusionstitch,inductor] [--rounds 30]
+                       [--size small] [--threads 1] [--json OUT]
+
+Builds the workload (the zoo's or a model of bench/models.py), compiles it once per
+variant, runs ``--warmup`` steps of each, then ``--rounds`` rounds of one step of each
+variant in turn, timing every step with ``time.thread_time()``: this thread's CPU time,
+which other processes on a shared machine do not inflate (they still slow it through
+caches and frequency, so compare the variants of one run, not runs). Prints the medians,
+each variant's speed-up over the first, and ``fs/ind`` (Inductor's median over
+fusionstitch's: below 1, we are slower).
+
+With more than one torch thread the other threads' time is not counted: keep
+``--threads 1`` (the default) for thread-time numbers.
+
+A variant may carry environment settings for its compilation and warm-up steps (what a
+knob read when a program is built decides): ``fusionstitch:FUSIONSTITCH_CHAIN=0`` against
+``fusionstitch`` times the same backend with and without kernel chains, side by side.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+
+
+@contextmanager
+def _env(settings: dict):
+    old = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _split(variant: str) -> tuple[str, dict]:
+    """"fusionstitch:A=1,B=2" -> ("fusionstitch", {"A": "1", "B": "2"})."""
+    name, _, rest = variant.partition(":")
+    return name, dict(kv.split("=", 1) for kv in rest.split(",") if kv)
+
+
+def _median_times(inst, variants: dict, rounds: int, warmup: int) -> dict[str, list[float]]:
+    from bench.workloads import step
+    for fn in variants.values():
+        for _ in range(warmup):
+            step(inst, fn)
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            t0 = time.thread_time()
+            step(inst, fn)
+            times[name].append(time.thread_time() - t0)
+    return times
+
+
+def ab(workload: str, variants=("eager", "fusionstitch", "inductor"), rounds: int = 30,
+       warmup: int = 3, size: str = "small", target: str = "cpu") -> dict:
+    """Median thread time (ms) per variant of ``workload``, interleaved; see the module doc."""
+    from bench.run import _compile
+    from bench.workloads import make
+    from bench.workloads import step
+    inst = make(workload, size)
+    compiled = {}
+    for v in variants:
+        name, settings = _split(v)
+        with _env(settings):
+            compiled[v] = _compile(name, inst.fn, target)
+            for _ in range(warmup):
+                step(inst, compiled[v])
+    times = _median_times(inst, compiled, rounds, 0)
+    med = {v: statistics.median(t) * 1e3 for v, t in times.items()}
+    out = {"workload": workload, "size": size, "rounds": rounds, "median_ms": med}
+    if "fusionstitch" in med and "inductor" in med:
+        out["fs_over_inductor"] = med["inductor"] / med["fusionstitch"]
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.split("\n\n")[0])
+    p.add_argument("workloads", help="comma-separated workload or model names")
+    p.add_argument("--variants", default="eager,fusionstitch,inductor")
+    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--size", default="small")
+    p.add_argument("--target", default="cpu")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--json", help="append one JSON line per workload to this file")
+    a = p.parse_args(argv)
+    import torch
+    torch.set_num_threads(a.threads)
+    variants = tuple(a.variants.split(","))
+    for w in a.workloads.split(","):
+        r = ab(w, variants, a.rounds, a.warmup, a.size, a.target)
+        base = r["median_ms"][variants[0]]
+        cols = "  ".join(f"{v} {ms:.3f} ms ({base / ms:.2f}x)" for v, ms in r["median_ms"].items())
+        extra = f"  fs/ind {r['fs_over_inductor']:.2f}" if "fs_over_inductor" in r else ""
+        print(f"{w}: {cols}{extra}", flush=True)
+        if a.json:
+            with open(a.json, "a") as f:
+                f.write(json.dumps(r) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
