@@ -5,7 +5,8 @@
 
 Builds the workload (the zoo's or a model of bench/models.py), compiles it once per
 variant, runs ``--warmup`` steps of each, then ``--rounds`` rounds of one step of each
-variant in turn, timing every step with ``time.thread_time()``: this thread's CPU time,
+variant (each after one untimed step of its own: its steady state; the order rotates
+every round), timing every step with ``time.thread_time()``: this thread's CPU time,
 which other processes on a shared machine do not inflate (they still slow it through
 caches and frequency, so compare the variants of one run, not runs). Prints the medians,
 each variant's speed-up over the first, and ``fs/ind`` (Inductor's median over
@@ -49,14 +50,24 @@ def _split(variant: str) -> tuple[str, dict]:
     return name, dict(kv.split("=", 1) for kv in rest.split(",") if kv)
 
 
-def _median_times(inst, variants: dict, rounds: int, warmup: int) -> dict[str, list[float]]:
+def _median_times(inst, variants: dict, rounds: int, warmup: int,
+                  settle: int = 1) -> dict[str, list[float]]:
+    """Thread seconds of one step per variant and round; each timed step follows
+    `settle` untimed steps of the same variant (its steady state: right after another
+    variant's step, a small step reads tens of microseconds slower), and the order of
+    the variants rotates from round to round (bench.timing.time_interleaved's rules)."""
     from bench.workloads import step
     for fn in variants.values():
         for _ in range(warmup):
             step(inst, fn)
+    names = list(variants)
     times: dict[str, list[float]] = {v: [] for v in variants}
-    for _ in range(rounds):
-        for name, fn in variants.items():
+    for i in range(rounds):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            fn = variants[name]
+            for _ in range(settle):
+                step(inst, fn)
             t0 = time.thread_time()
             step(inst, fn)
             times[name].append(time.thread_time() - t0)

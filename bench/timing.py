@@ -56,14 +56,20 @@ def time_step(step_fn: Callable[[], object], *, warmup: int = 3, repeat: int = 1
 
 def time_interleaved(step_fns: dict[str, Callable[[], object]], *, warmup: int = 3,
                      repeat: int = 10, min_time: float = 0.0, max_runs: int = 1000,
-                     device=None) -> dict[str, dict]:
-    """Time several step functions side by side, one run of each per round.
+                     device=None, settle: int = 1) -> dict[str, dict]:
+    """Time several step functions side by side, one timed run of each per round.
 
     Interleaving makes a slow spell of a shared machine (another process, a noisy
     neighbour, frequency changes) hit every variant alike instead of whichever was
-    being timed then. Rounds go on until there are ``repeat`` of them and the timed
-    runs add up to ``min_time`` seconds per function (at most ``max_runs`` rounds).
-    The garbage collector is paused during the timed runs (as ``timeit`` does).
+    being timed then. Each timed run follows ``settle`` untimed runs of the same
+    function, so that every variant is timed in its steady state (caches holding its
+    own code and data, as in a training loop), not right after another variant: timed
+    right after eager's step, a sub-millisecond compiled step read 40-70 us slower than
+    right after itself (thread time, this 2-core VM), which biased every ratio against
+    the variant that followed eager. The order also rotates from round to round.
+    Rounds go on until there are ``repeat`` of them and the timed runs add up to
+    ``min_time`` seconds per function (at most ``max_runs`` rounds). The garbage
+    collector is paused during the timed runs (as ``timeit`` does).
     Returns ``{name: {"median_s", "p10_s", "p90_s", "min_s", "runs"}}``.
     """
     if repeat < 1:
@@ -74,6 +80,9 @@ def time_interleaved(step_fns: dict[str, Callable[[], object]], *, warmup: int =
             fn()
     sync()
     times: dict[str, list[float]] = {name: [] for name in step_fns}
+    names = list(step_fns)
+    if len(names) == 1:
+        settle = 0      # (its last run is its own)
     total = 0.0
     gc.collect()
     was_enabled = gc.isenabled()
@@ -81,7 +90,11 @@ def time_interleaved(step_fns: dict[str, Callable[[], object]], *, warmup: int =
     try:
         rounds = 0
         while rounds < repeat or (total < min_time * len(step_fns) and rounds < max_runs):
-            for name, fn in step_fns.items():
+            k = rounds % len(names)
+            for name in names[k:] + names[:k]:
+                fn = step_fns[name]
+                for _ in range(settle):
+                    fn()
                 sync()
                 start = time.perf_counter()
                 fn()

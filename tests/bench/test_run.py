@@ -113,8 +113,15 @@ def test_time_step_and_percentile():
     order = []
     ts = time_interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")},
                           warmup=1, repeat=3)
-    assert order == ["a", "b"] * 4  # one of each per round, warm-up round first
+    # a warm-up round, then rounds in rotating order, each timed run after one untimed
+    # run of its own (its steady state, not another variant's caches)
+    assert order == ["a", "b"] + ["a", "a", "b", "b"] + ["b", "b", "a", "a"] + \
+        ["a", "a", "b", "b"]
     assert ts["a"]["runs"] == ts["b"]["runs"] == 3
+    order.clear()
+    time_interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")},
+                     warmup=0, repeat=2, settle=0)
+    assert order == ["a", "b", "b", "a"]
 
 
 def test_max_rel_err():
