@@ -79,7 +79,11 @@ def ab(workload: str, variants=("eager", "fusionstitch", "inductor"), rounds: in
     """Median thread time (ms) per variant of ``workload``, interleaved; see the module doc."""
     from bench.run import _compile
     from bench.workloads import make
+    import torch
     from bench.workloads import step
+    # the models share one step function: without a reset, Dynamo's recompile limit
+    # runs every model after the eighth compile eagerly
+    torch._dynamo.reset()
     inst = make(workload, size)
     compiled = {}
     for v in variants:

@@ -172,3 +172,53 @@ def test_merge_in_a_reduction_component_matches_torch():
         y = (torch.exp(-x.double() ** 2) * w.double()).abs()
         assert ((d - d64).abs() <= 32 * eps * (y + y.amax(0, keepdim=True))).all()
         assert ((s - s64).abs() <= (b * k + 16) * eps * y.sum((1, 2))).all()
+
+
+# batch norm + ReLU6 of an NHWC convolution's output, zero-padded for the next (mobilenet):
+# the dense version reads the input's W and C as one digit (x % (33 * 48) at the expected
+# strides), which rows over (N, 33, 33, 48) must read as a row offset plus xi
+PADDED_NHWC = """
+graph p(%c: f32[2,8,8,16], %w: f32[16,1,1]) {
+  %nchw: f32[2,16,8,8] = permute.default(%c, [0, 3, 1, 2])
+  %m: f32[2,16,8,8] = mul.Tensor(%nchw, %w)
+  %r: f32[2,16,8,8] = hardtanh.default(%m, 0.0, 6.0)
+  %pad: f32[2,16,9,9] = constant_pad_nd.default(%r, [0, 1, 0, 1], 0.0)
+  %nhwc: f32[2,9,9,16] = permute.default(%pad, [0, 2, 3, 1])
+  %out: f32[2,9,9,16] = clone.default(%nhwc)
+  return (%out)
+}
+"""
+
+
+def test_trailing_digits_merged_for_the_dense_strides_split_into_rows():
+    from fusionstitch.targets.cpp.index import split_rows
+    rows = (E.Const(2), E.Const(9), E.Const(9), E.Const(16))
+    merged = (E.Const(2), E.Const(9), E.Const(9 * 16))
+    split = [split_rows(E.Digit(X, merged, k), rows) for k in range(3)]
+    assert all("x" not in E.free_vars(s) for s in split), split
+    for x in range(2 * 9 * 9 * 16):
+        xo, xi = divmod(x, 16)
+        for k, s in enumerate(split):
+            got = eval(E.to_source(s), {}, {"xo": xo, "xi": xi})
+            assert got == _value(E.Digit(X, merged, k), x), (k, x)
+
+
+def test_a_padded_nhwc_operand_reads_a_row_offset_not_a_division_per_element():
+    src = dense(PADDED_NHWC)
+    assert "in0[xoff + xi]" in src, src
+    assert "x / " not in src and "x % " not in src, src
+
+
+@needs_gxx
+def test_a_padded_nhwc_kernel_matches_torch():
+    torch._dynamo.reset()
+
+    def fn(c, w):
+        r = torch.nn.functional.hardtanh(c.permute(0, 3, 1, 2) * w, 0.0, 6.0)
+        return torch.nn.functional.pad(r, [0, 1, 0, 1]).permute(0, 2, 3, 1).contiguous()
+    g = torch.Generator().manual_seed(0)
+    for shape in [(2, 8, 8, 16), (1, 5, 7, 3), (3, 4, 4, 40)]:
+        c = torch.randn(*shape, generator=g) * 4
+        w = torch.randn(shape[-1], 1, 1, generator=g)
+        f = torch.compile(fn, backend=fusionstitch.backend(target="cpu"), dynamic=False)
+        torch.testing.assert_close(f(c, w), fn(c, w), rtol=0, atol=0)

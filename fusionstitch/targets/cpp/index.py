@@ -167,12 +167,34 @@ def split_rows(e: E.Expr, rows: tuple[E.Expr, ...], var: str = "x") -> E.Expr:
             if e.k == len(rows) - 1:
                 return E.Var(var + "i")
             return E.Digit(E.Var(var + "o"), rows[:-1], e.k)
+        if e.base == E.Var(var):
+            # over rows whose trailing dims are merged (`specialize`: a padded NHWC
+            # operand's W and C read as one digit, x % (W * C)): x % (m * rows[-1]) is
+            # (xo % m) * rows[-1] + xi, and the digits above it are digits of xo
+            for j in range(len(rows) - 1):
+                if e.sizes == rows[:j] + (E.product(rows[j:]),):
+                    over = rows[:j] + (E.product(rows[j:-1]),)
+                    digit = E.Digit(E.Var(var + "o"), over, e.k)
+                    if e.k < j:
+                        return digit
+                    return E.add(E.mul(digit, rows[-1]), E.Var(var + "i"))
         return E.Digit(split_rows(e.base, rows, var),
                        tuple(split_rows(z, rows, var) for z in e.sizes), e.k)
     if isinstance(e, E.Add):
-        return E.Add(tuple(split_rows(t, rows, var) for t in e.terms))
+        # a merged digit's split (digit * rows[-1] + xi) joins the sum term by term, so
+        # that the row's part of it is hoisted with the others
+        terms: list[E.Expr] = []
+        for t in e.terms:
+            st = split_rows(t, rows, var)
+            terms += st.terms if isinstance(st, E.Add) and not isinstance(t, E.Add) else [st]
+        return E.Add(tuple(terms))
     if isinstance(e, E.Mul):
-        return E.Mul(tuple(split_rows(t, rows, var) for t in e.factors))
+        factors = tuple(split_rows(t, rows, var) for t in e.factors)
+        for i, (f, t) in enumerate(zip(factors, e.factors)):
+            if isinstance(f, E.Add) and isinstance(t, E.Digit):   # (a merged digit's split)
+                rest = factors[:i] + factors[i + 1:]
+                return E.Add(tuple(E.mul(u, *rest) for u in f.terms))
+        return E.Mul(factors)
     if isinstance(e, E.FloorDiv):
         return E.FloorDiv(split_rows(e.a, rows, var), split_rows(e.b, rows, var))
     if isinstance(e, E.Mod):
