@@ -186,7 +186,8 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
                 src.emit(f"values[{slot}] = {method}")
                 drops(dead, i)
                 continue
-            flush()     # an op that reads data: the kernels before it run first
+            if not _pure_view(fn):
+                flush()     # an op that reads data: the kernels before it run first
             call = ", ".join([src.expr(a, slot_type) for a in args] +
                              [f"{k}={src.expr(v, slot_type)}" for k, v in kwargs.items()])
             src.emit(f"values[{slot}] = {src.name('F', direct(fn))}({call})")
@@ -303,6 +304,23 @@ def _view_methods() -> dict:
 
 
 _VIEW_METHODS = _view_methods()
+
+# aten ops that only make a view of their input (never read its data, never copy): a
+# chain of kernels before one need not run first (reshape and flatten may copy: not here)
+_PURE_VIEWS = frozenset(getattr(getattr(torch.ops.aten, p), o) for p, o in (
+    ("alias", "default"), ("view", "default"), ("_unsafe_view", "default"),
+    ("permute", "default"), ("expand", "default"), ("t", "default"),
+    ("transpose", "int"), ("unsqueeze", "default"), ("squeeze", "dim"),
+    ("squeeze", "dims"), ("squeeze", "default"), ("select", "int"), ("slice", "Tensor"),
+    ("detach", "default"), ("as_strided", "default"), ("diagonal", "default"),
+    ("unfold", "default")))
+
+
+def _pure_view(fn) -> bool:
+    try:
+        return fn in _PURE_VIEWS
+    except TypeError:       # an unhashable callable
+        return False
 
 
 def _method_call(src: _Source, fn, args, kwargs, slot_type: type) -> str | None:

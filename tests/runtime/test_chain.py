@@ -15,8 +15,9 @@ from fusionstitch.runtime.program import Program
 
 pytestmark = pytest.mark.skipif(not shutil.which("g++"), reason="needs a C++ compiler")
 
-# three kernels (a reduction between elementwise ops keeps them apart), a view between
-# two of them, a library call (cumsum) that ends the chain, and a last kernel after it
+# three kernels (a reduction between elementwise ops keeps them apart), views between
+# them (a permute, an alias run through torch), a library call (cumsum) that ends the
+# chain, and a last kernel after it
 _GRAPH = """graph g(%a: f32[4,8], %b: f32[8], %i: i64[4,1]) {
   %e: f32[4,8] = exp.default(%a)
   %m: f32[4,1] = amax.default(%e, [1], True)
@@ -24,10 +25,11 @@ _GRAPH = """graph g(%a: f32[4,8], %b: f32[8], %i: i64[4,1]) {
   %n: f32[1,4] = sum.dim_IntList(%t, [0], True)
   %x: f32[4,8] = sub.Tensor(%e, %m)
   %y: f32[8] = sum.dim_IntList(%x, [0])
+  %al: f32[4,8] = alias.default(%x)
   %g: f32[4,1] = gather.default(%x, 1, %i)
   %c: f32[8] = cumsum.default(%y, 0)
   %r: f32[8] = mul.Tensor(%c, %b)
-  return (%r, %n, %g)
+  return (%r, %n, %g, %al)
 }"""
 
 
@@ -98,3 +100,15 @@ def test_big_kernels_launch_alone(monkeypatch):
     prog(_inputs())
     prog(_inputs())
     assert "CH" not in prog.generated_source
+
+
+def test_a_view_run_through_torch_stays_inside_a_chain(monkeypatch):
+    """`alias` (returned by the graph, so run through torch) is a view: it may be made
+    before the chain's kernels run, and does not end the chain (an op reading data would)."""
+    prog = _program(monkeypatch, True)
+    prog(_inputs())
+    out = prog(_inputs())
+    src = prog.generated_source
+    alias = next(line for line in src.splitlines() if "values[9] = F" in line)
+    assert src.index(alias) < src.index("CH"), src
+    torch.testing.assert_close(out[3], _inputs()[0].exp() - _inputs()[0].exp().amax(1, True))
