@@ -90,7 +90,8 @@ def lower(req: Request, fusion_plan: FusionPlan) -> LoweredPlan:
 
 def build(req: Request, lowered: LoweredPlan) -> Program:
     program = Program(lowered, req.device, req.target if req.execute else TORCH,
-                      req.mutated, static=req.static, symbols=req.symbols)
+                      req.mutated, static=req.static, symbols=req.symbols,
+                      free_outputs=req.free_outputs)
     if req.accept is not None:
         req.accept(program)
     return program

@@ -102,7 +102,8 @@ class Program:
 
     def __init__(self, plan: FusionPlan | LoweredPlan, device: torch.device | None = None,
                  target: str = "torch", mutated: list[tuple[int, int]] = (),
-                 static: bool = False, symbols: list | None = None):
+                 static: bool = False, symbols: list | None = None,
+                 free_outputs: frozenset[int] = frozenset()):
         """`plan`: the lowered plan (the driver's `lower` stage), or a plan, lowered here.
         `target`: the target (a name or a targets.Target) that runs it; `torch` runs every
         group through its ops' aten overloads.
@@ -113,7 +114,10 @@ class Program:
         choices are worked out once (runtime/launch.py).
         `symbols`: the size symbols of a graph of symbolic sizes (frontend/dynamic.py),
         whose values every call passes; the program computes every size from them. Its
-        `guards` are those its kernels were lowered under."""
+        `guards` are those its kernels were lowered under.
+        `free_outputs`: positions of graph outputs only the graph's own backward reads
+        (a training forward's saved values, frontend `saved_outputs`): a view among them
+        may be a reinterpretation of memory like the views inside (runtime/wrapper.py)."""
         lowered = plan if isinstance(plan, LoweredPlan) else None
         plan = plan.plan if lowered is not None else plan
         target = resolve(target)
@@ -190,9 +194,12 @@ class Program:
         # views run through torch in a program whose every value has the same layout at
         # each call (static sizes and strides, no size symbols): their layout, seen on the
         # first call, lets the generated code make each one as a reinterpretation of its
-        # input's memory (runtime/wrapper.py). Not graph outputs: the caller gets views
-        # made by torch, with their `_base`.
-        self._view_slots = _view_slots(graph, steps, outputs) \
+        # input's memory (runtime/wrapper.py). Not graph outputs the caller sees: it gets
+        # views made by torch, with their `_base`; values saved for the backward are read
+        # by it alone (an LSTM forward returns 15 `alias`es of its gates for it)
+        seen = {slot_of[r.name] for i, r in enumerate(graph.outputs)
+                if isinstance(r, Ref) and i not in free_outputs}
+        self._view_slots = _view_slots(graph, steps, seen) \
             if static and sizes is None else frozenset()
         # slot -> (input slot, sizes, strides, storage offset from the input's)
         self.view_layouts: dict[int, tuple[int, tuple, tuple, int]] = {}

@@ -390,3 +390,30 @@ def test_kernel_outputs_of_a_static_program_are_allocated_without_the_dispatcher
     # summed over 8 terms by cumsum
     torch.testing.assert_close(out[0], torch.relu((a.exp().cumsum(1) + b).permute(1, 0)
                                                   .max(1).values), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_view_saved_for_the_backward_reinterprets_memory_a_seen_one_stays_torchs(target):
+    """Outputs only the graph's backward reads (`free_outputs`: a training forward's
+    saved values, such as the `alias`es of an LSTM's gates) are made like the views
+    inside: reinterpretations of memory; a view the caller sees stays torch's view."""
+    g = parse("""graph g(%a: f32[4,8]) {
+  %c: f32[4,8] = cumsum.default(%a, 1)
+  %s: f32[4,8] = alias.default(%c)
+  %u: f32[8,4] = t.default(%c)
+  return (%u, %s)
+}""")
+    prog = Program(make_plan(g, "none", target), target=target, static=True,
+                   free_outputs=frozenset({1}))
+    for _ in range(3):
+        a = torch.randn(4, 8)
+        u, s = prog([a])
+        torch.testing.assert_close(s, a.cumsum(1), rtol=0, atol=0)
+        torch.testing.assert_close(u, a.cumsum(1).t(), rtol=0, atol=0)
+        assert s.stride() == (8, 1) and u._base is not None
+    src = prog.generated_source
+    assert src.count("RT") == 1 and ".t()" in src, src
+    seen = Program(make_plan(g, "none", target), target=target, static=True)
+    seen([torch.randn(4, 8)])
+    seen([torch.randn(4, 8)])
+    assert "RT" not in seen.generated_source
