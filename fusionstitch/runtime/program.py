@@ -200,7 +200,16 @@ class Program:
         seen = {slot_of[r.name] for i, r in enumerate(graph.outputs)
                 if isinstance(r, Ref) and i not in free_outputs}
         self._view_slots = _view_slots(graph, steps, seen) \
-            if static and sizes is None else frozenset()
+            if static and sizes is None else {}
+        # split slot -> [(element slot, k)]: the elements' layouts are seen when the split
+        # runs (its input may be dead by the time a getitem runs)
+        self._split_views: dict[int, list] = {}
+        for slot, source in self._view_slots.items():
+            node = graph.nodes[slot]
+            if node.op == GETITEM:
+                split = slot_of[node.args[0].name]
+                self._split_views.setdefault(split, []).append((slot, node.args[1]))
+        self._elements = {e for views in self._split_views.values() for e, _ in views}
         # slot -> (input slot, sizes, strides, storage offset from the input's)
         self.view_layouts: dict[int, tuple[int, tuple, tuple, int]] = {}
         # the values generated kernels read from ops run through torch, by slot: the
@@ -331,8 +340,12 @@ class Program:
                                                          for k, v in kwargs.items()})
                 if check and slot in self._declared:
                     values[slot] = self._conform(ops, j, values[slot])
-                if check and slot in self._view_slots:
-                    self._record_layout(slot, args[0].index, values)
+                if check and slot in self._split_views:
+                    for element, k in self._split_views[slot]:
+                        self._record_layout(element, self._view_slots[element], values,
+                                            values[slot][k])
+                elif check and slot in self._view_slots and slot not in self._elements:
+                    self._record_layout(slot, self._view_slots[slot], values)
                 if dead:
                     self._drop(values, dead, pool, i)
             if kind == KERNEL:
@@ -349,7 +362,7 @@ class Program:
             return list(self._pick_outputs(values))
         return [_fill(o, values) for o in self.outputs]
 
-    def _record_layout(self, slot: int, source: int, values: list) -> None:
+    def _record_layout(self, slot: int, source: int, values: list, out: Any = None) -> None:
         """Remember the layout of view `slot` of value `source` when torch made it as a
         plain alias of the source's memory: the same storage, dtype, conjugate and
         negative bits (a reshape that copied, or a view that changes what the bytes mean,
@@ -357,7 +370,7 @@ class Program:
         none is recorded, grad mode off (Dynamo guards it: every call of this program runs
         so) or a result that does not require grad. A view of a parameter counts as one of
         a plain tensor."""
-        src, out = values[source], values[slot]
+        src, out = values[source], values[slot] if out is None else out
         if type(src) not in _PLAIN or type(out) not in _PLAIN:
             return
         if out.requires_grad and torch.is_grad_enabled():
@@ -424,26 +437,38 @@ class Program:
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
-def _view_slots(graph, steps: list, outputs: set) -> frozenset:
-    """Slots of the views run through torch whose first argument is a value: the graph's
-    view ops (the graph's `view`s run as reshapes, which may copy: the first call tells),
-    but not graph outputs."""
-    slots = set()
+# ops whose result is a tuple of views of their first argument: each element read by a
+# getitem is a view of that argument, made like the others (the op itself is then not run)
+SPLITS = frozenset({"split.Tensor", "split_with_sizes.default", "unbind.int"})
+
+
+def _view_slots(graph, steps: list, outputs: set) -> dict[int, int]:
+    """{slot: the slot it is a view of} of the views run through torch whose first
+    argument is a value: the graph's view ops (the graph's `view`s run as reshapes, which
+    may copy: the first call tells) and the elements of a split (`SPLITS`), views of the
+    split's input; not graph outputs."""
+    slots: dict[int, int] = {}
+    index = {n.name: i for i, n in enumerate(graph.nodes)}
     for kind, ops in steps:
         if kind == "generated":
             continue
         for slot, _, args, _, _ in ops:
             node = graph.nodes[slot]
-            if slot in outputs or node.op in (GETITEM, CONSTANT) or not args \
+            if slot in outputs or node.op == CONSTANT or not args \
                     or not isinstance(args[0], _Slot):
+                continue
+            if node.op == GETITEM:
+                split = graph.nodes[args[0].index]
+                if split.op in SPLITS and isinstance(split.args[0], Ref):
+                    slots[slot] = index[split.args[0].name]
                 continue
             try:
                 view = lookup(node.op).view
             except Exception:   # an op outside the IR's table: not ours to reason about
                 continue
-            if view:
-                slots.add(slot)
-    return frozenset(slots)
+            if view and node.op not in SPLITS:
+                slots[slot] = args[0].index
+    return slots
 
 
 def _bind_constant_views(graph, steps: list, constants: list, outputs: set) -> tuple:

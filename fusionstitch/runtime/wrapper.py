@@ -179,6 +179,9 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
                          f"{size!r}, {stride!r}, {offset!r})")
                 drops(dead, i)
                 continue
+            if slot in skipped:         # a split whose elements are all views made above
+                drops(dead, i)
+                continue
             method = _method_call(src, fn, args, kwargs, slot_type)
             if method is not None:
                 if _VIEW_METHODS[fn][0] == "reshape":   # (it copies what it cannot view)
@@ -250,8 +253,24 @@ def _composed_views(program, slot_type: type) -> tuple[dict, frozenset]:
             read(kwargs, slot)
     for o in program.outputs:
         read(o, None)
-    skipped = frozenset(s for s in layouts if not readers.get(s))
-    return layouts, skipped
+    skipped = {s for s in layouts if not readers.get(s)}
+    # a split whose every element is a view made from its input is not run at all
+    for kind, ops in program.steps:
+        if kind != "generated":
+            skipped.update(slot for slot, fn, *_ in ops
+                           if _split(fn) and slot not in layouts and not readers.get(slot))
+    return layouts, frozenset(skipped)
+
+
+_SPLIT_OPS = frozenset({torch.ops.aten.split.Tensor, torch.ops.aten.split_with_sizes.default,
+                        torch.ops.aten.unbind.int})
+
+
+def _split(fn) -> bool:
+    try:
+        return fn in _SPLIT_OPS
+    except TypeError:       # an unhashable callable
+        return False
 
 
 def _private(name: str) -> Callable | None:

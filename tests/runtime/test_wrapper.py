@@ -417,3 +417,29 @@ def test_a_view_saved_for_the_backward_reinterprets_memory_a_seen_one_stays_torc
     seen([torch.randn(4, 8)])
     seen([torch.randn(4, 8)])
     assert "RT" not in seen.generated_source
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_elements_of_a_split_are_views_of_its_input_and_the_split_is_not_run(target):
+    """A split (a QKV projection's, an LSTM's gates) read only through its elements: each
+    element is a reinterpretation of the split's input, and the split itself is not run
+    (a split through torch: about 10 us); the results are torch's at every call."""
+    g = parse("""graph g(%a: f32[4,12]) {
+  %c: f32[4,12] = cumsum.default(%a, 1)
+  %s: (f32[4,4], f32[4,8]) = split_with_sizes.default(%c, [4, 8], 1)
+  %x: f32[4,4] = getitem(%s, 0)
+  %y: f32[4,8] = getitem(%s, 1)
+  %u: f32[4,4] = cumsum.default(%x, 0)
+  %v: f32[4,8] = cumsum.default(%y, 0)
+  return (%u, %v)
+}""")
+    prog = Program(make_plan(g, "none", target), target=target, static=True)
+    for _ in range(3):
+        a = torch.randn(4, 12)
+        x, y = a.cumsum(1).split([4, 8], 1)
+        u, v = prog([a])
+        torch.testing.assert_close(u, x.cumsum(0), rtol=0, atol=0)
+        torch.testing.assert_close(v, y.cumsum(0), rtol=0, atol=0)
+    src = prog.generated_source
+    assert src.count("RT") == 2 and "(values[1], (4, 8), (12, 1), 4)" in src, src
+    assert src.count("= F") == 3, src      # the three cumsums, no split
