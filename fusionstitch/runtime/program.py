@@ -209,9 +209,21 @@ class Program:
             if node.op == GETITEM:
                 split = slot_of[node.args[0].name]
                 self._split_views.setdefault(split, []).append((slot, node.args[1]))
+        # and the elements generated kernels read directly (key (split slot, k)): views
+        # of the split's input too, passed to the kernel as reinterpretations
+        if static and sizes is None:
+            index = {n.name: i for i, n in enumerate(graph.nodes)}
+            for step in kernels.values():
+                for slot, k in step.inputs:
+                    node = graph.nodes[slot]
+                    if k is not None and node.op in SPLITS and isinstance(node.args[0], Ref) \
+                            and slot not in seen:
+                        self._view_slots[(slot, k)] = index[node.args[0].name]
+                        self._split_views.setdefault(slot, []).append(((slot, k), k))
         self._elements = {e for views in self._split_views.values() for e, _ in views}
-        # slot -> (input slot, sizes, strides, storage offset from the input's)
-        self.view_layouts: dict[int, tuple[int, tuple, tuple, int]] = {}
+        # slot, or (split slot, k) -> (input slot, sizes, strides, storage offset from
+        # the input's)
+        self.view_layouts: dict[Any, tuple[int, tuple, tuple, int]] = {}
         # the values generated kernels read from ops run through torch, by slot: the
         # elements read (None: the value itself), checked on the first call (`_conform`)
         self._declared: dict[int, set] = {}
@@ -341,7 +353,7 @@ class Program:
                 if check and slot in self._declared:
                     values[slot] = self._conform(ops, j, values[slot])
                 if check and slot in self._split_views:
-                    for element, k in self._split_views[slot]:
+                    for element, k in dict(self._split_views[slot]).items():
                         self._record_layout(element, self._view_slots[element], values,
                                             values[slot][k])
                 elif check and slot in self._view_slots and slot not in self._elements:
@@ -362,7 +374,7 @@ class Program:
             return list(self._pick_outputs(values))
         return [_fill(o, values) for o in self.outputs]
 
-    def _record_layout(self, slot: int, source: int, values: list, out: Any = None) -> None:
+    def _record_layout(self, slot: Any, source: int, values: list, out: Any = None) -> None:
         """Remember the layout of view `slot` of value `source` when torch made it as a
         plain alias of the source's memory: the same storage, dtype, conjugate and
         negative bits (a reshape that copied, or a view that changes what the bytes mean,

@@ -108,6 +108,10 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
     keep: dict[int, int] = {}
     position = 0
     for kind, ops in program.steps:
+        if kind == "generated":         # split elements it reads as views of the input
+            for slot, element in ops[0].inputs:
+                if (slot, element) in layouts:
+                    keep[layouts[(slot, element)][0]] = position
         for op in ([None] if kind == "generated" else ops):
             if op is not None and op[0] in layouts and op[0] not in skipped:
                 keep[layouts[op[0]][0]] = position
@@ -135,7 +139,7 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
     chain: list[tuple] = []
 
     def join(step, dead, i) -> None:
-        _chain_buffers(src, step, len(chain))
+        _chain_buffers(src, step, len(chain), layouts)
         chain.append((step, position, dead, i))
 
     def flush() -> None:
@@ -161,7 +165,7 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
                 if _chainable(step, chain):
                     join(step, dead, i)
                     continue
-                _launch(src, step)
+                _launch(src, step, layouts)
             else:
                 flush()
                 src.emit(f"{src.name('K', step)}(values, pool)")
@@ -243,8 +247,12 @@ def _composed_views(program, slot_type: type) -> tuple[dict, frozenset]:
 
     for kind, ops in program.steps:
         if kind == "generated":
-            for slot, _ in ops[0].inputs:
-                readers.setdefault(slot, set()).add(None)
+            step = ops[0]
+            # (a launch that is not written out reads its inputs from `values` itself)
+            inline = _inline(step) and not (program.recycled and step.pooled)
+            for slot, element in step.inputs:
+                if (slot, element) not in layouts or not inline:
+                    readers.setdefault(slot, set()).add(None)
             continue
         for slot, _, args, kwargs, _ in ops:
             if slot in layouts:
@@ -412,12 +420,23 @@ def chaining() -> bool:
     return env_flag_default("FUSIONSTITCH_CHAIN", True)
 
 
-def _chain_buffers(src: _Source, step, j: int) -> None:
+def _input(src: _Source, layouts: dict, slot: int, element) -> str:
+    """Source of a kernel's input: the value, its tuple element, or a split's element
+    made as a view of the split's input (`layouts` has it)."""
+    layout = layouts.get((slot, element))
+    if layout is not None:
+        source, size, stride, offset = layout
+        return (f"{src.name('RT', _REINTERPRET)}(values[{source}], {size!r}, {stride!r}, "
+                f"{offset!r})")
+    return f"values[{slot}]" + ("" if element is None else f"[{element!r}]")
+
+
+def _chain_buffers(src: _Source, step, j: int, layouts: dict) -> None:
     """`b<j> = [...]`: the buffers of the `j`th kernel of a chain, its outputs allocated
     (and in `values`, for the views and kernels after it)."""
     args = []
     for k, (slot, element) in enumerate(step.inputs):
-        src.emit(f"a{j}_{k} = values[{slot}]" + ("" if element is None else f"[{element!r}]"))
+        src.emit(f"a{j}_{k} = {_input(src, layouts, slot, element)}")
         args.append(f"a{j}_{k}")
     device = src.name("DEV", step.device)
     for k, ((slot, _, shape, _), dt) in enumerate(zip(step.outputs, step.torch_dtype)):
@@ -452,7 +471,7 @@ def _launch_chain(src: _Source, steps: list) -> None:
 _RUN = operator.attrgetter("run")
 
 
-def _launch(src: _Source, step) -> None:
+def _launch(src: _Source, step, layouts: dict) -> None:
     """A static kernel's launch inline (KernelStep.__call__'s path for a static step).
     A step that stores outputs into inputs (runtime/inplace.py) takes the choice it
     remembered when the inputs are on the storages it was made for (as the step itself
@@ -460,7 +479,7 @@ def _launch(src: _Source, step) -> None:
     args = []
     for k, (slot, element) in enumerate(step.inputs):
         a = f"a{k}"
-        src.emit(f"{a} = values[{slot}]" + ("" if element is None else f"[{element!r}]"))
+        src.emit(f"{a} = {_input(src, layouts, slot, element)}")
         args.append(a)
     into = dict(step.fixed_into()[1]) if step.into else {}
     pad = ""

@@ -443,3 +443,25 @@ def test_the_elements_of_a_split_are_views_of_its_input_and_the_split_is_not_run
     src = prog.generated_source
     assert src.count("RT") == 2 and "(values[1], (4, 8), (12, 1), 4)" in src, src
     assert src.count("= F") == 3, src      # the three cumsums, no split
+
+
+@pytest.mark.skipif("cpu" not in TARGETS, reason="needs a C++ compiler")
+def test_split_elements_a_kernel_reads_are_views_of_the_split_input():
+    """A kernel reading a split's elements directly (an LSTM cell's gates) gets them as
+    views of the split's input, made in the generated code; the split is not run."""
+    torch._dynamo.reset()
+    sink = []
+
+    def cell(x, w, c):
+        i, f, g, o = (x @ w).chunk(4, 1)
+        c2 = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c2), c2
+    comp = torch.compile(cell, backend=fusionstitch.backend(target="cpu", _sink=sink))
+    with torch.no_grad():
+        for _ in range(3):
+            x, w, c = torch.randn(2, 8), torch.randn(8, 32), torch.randn(2, 8)
+            for got, want in zip(comp(x, w, c), cell(x, w, c)):
+                torch.testing.assert_close(got, want)
+    [src] = [s.program.generated_source for g in sink for s in g.specialisations.values()]
+    assert src.count("RT") == 4 and "(2, 8), (32, 1), 24)" in src, src
+    assert src.count("= F") == 1, src       # the GEMM alone: no split
