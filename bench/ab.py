@@ -23,25 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
 import sys
 import time
-from contextlib import contextmanager
-
-
-@contextmanager
-def _env(settings: dict):
-    old = {k: os.environ.get(k) for k in settings}
-    os.environ.update(settings)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _split(variant: str) -> tuple[str, dict]:
@@ -50,37 +33,14 @@ def _split(variant: str) -> tuple[str, dict]:
     return name, dict(kv.split("=", 1) for kv in rest.split(",") if kv)
 
 
-def _median_times(inst, variants: dict, rounds: int, warmup: int,
-                  settle: int = 1) -> dict[str, list[float]]:
-    """Thread seconds of one step per variant and round; each timed step follows
-    `settle` untimed steps of the same variant (its steady state: right after another
-    variant's step, a small step reads tens of microseconds slower), and the order of
-    the variants rotates from round to round (bench.timing.time_interleaved's rules)."""
-    from bench.workloads import step
-    for fn in variants.values():
-        for _ in range(warmup):
-            step(inst, fn)
-    names = list(variants)
-    times: dict[str, list[float]] = {v: [] for v in variants}
-    for i in range(rounds):
-        k = i % len(names)
-        for name in names[k:] + names[:k]:
-            fn = variants[name]
-            for _ in range(settle):
-                step(inst, fn)
-            t0 = time.thread_time()
-            step(inst, fn)
-            times[name].append(time.thread_time() - t0)
-    return times
-
-
 def ab(workload: str, variants=("eager", "fusionstitch", "inductor"), rounds: int = 30,
        warmup: int = 3, size: str = "small", target: str = "cpu") -> dict:
     """Median thread time (ms) per variant of ``workload``, interleaved; see the module doc."""
-    from bench.run import _compile
-    from bench.workloads import make
     import torch
-    from bench.workloads import step
+
+    from bench.run import _compile
+    from bench.timing import environment, time_interleaved
+    from bench.workloads import make, step
     # the models share one step function: without a reset, Dynamo's recompile limit
     # runs every model after the eighth compile eagerly
     torch._dynamo.reset()
@@ -88,12 +48,14 @@ def ab(workload: str, variants=("eager", "fusionstitch", "inductor"), rounds: in
     compiled = {}
     for v in variants:
         name, settings = _split(v)
-        with _env(settings):
+        with environment(**settings):
             compiled[v] = _compile(name, inst.fn, target)
             for _ in range(warmup):
                 step(inst, compiled[v])
-    times = _median_times(inst, compiled, rounds, 0)
-    med = {v: statistics.median(t) * 1e3 for v, t in times.items()}
+    # each timed step after an untimed one of its own, the order rotating per round
+    timed = time_interleaved({v: (lambda fn=fn: step(inst, fn)) for v, fn in compiled.items()},
+                             warmup=0, repeat=rounds, clock=time.thread_time)
+    med = {v: t["median_s"] * 1e3 for v, t in timed.items()}
     out = {"workload": workload, "size": size, "rounds": rounds, "median_ms": med}
     if "fusionstitch" in med and "inductor" in med:
         out["fs_over_inductor"] = med["inductor"] / med["fusionstitch"]

@@ -47,7 +47,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.run import DEFAULT_OUT, max_rel_err  # noqa: E402
-from bench.timing import time_interleaved, versions  # noqa: E402
+from bench.timing import environment, time_interleaved, versions  # noqa: E402
 
 VARIANTS = ("eager", "inductor", "fusionstitch", "fusionstitch_per_shape")
 D_MODEL, HEADS, FFN = 64, 4, 256
@@ -157,20 +157,6 @@ def _delta(after: dict, before: dict) -> dict:
     return {k: v - before.get(k, 0) for k, v in after.items()}
 
 
-@contextlib.contextmanager
-def _env(**values):
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: v for k, v in values.items() if v is not None})
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 class _Variant:
     """One compiled variant of a block: its own copy of the model, backend and caches."""
 
@@ -195,13 +181,13 @@ class _Variant:
         """Around a call that may compile: this variant's cache folder and knobs."""
         from fusionstitch.runtime.cache import clear_memory_caches
         if self.name == "inductor":
-            with _env(TORCHINDUCTOR_CACHE_DIR=self.cache):
+            with environment(TORCHINDUCTOR_CACHE_DIR=self.cache):
                 yield
             return
         knobs = {"FUSIONSTITCH_CACHE_DIR": self.cache}
         if self.name == "fusionstitch_per_shape":
             knobs["FUSIONSTITCH_DYNAMIC"] = "0"
-        with _env(**knobs):
+        with environment(**knobs):
             if self.name != "eager":
                 clear_memory_caches()   # the other variant's kernels and plans are not ours
             yield

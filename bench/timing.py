@@ -19,6 +19,7 @@ import os
 import platform
 import sys
 import time
+from contextlib import contextmanager
 from typing import Callable
 
 __all__ = ["time_step", "time_interleaved", "percentile", "versions"]
@@ -56,7 +57,8 @@ def time_step(step_fn: Callable[[], object], *, warmup: int = 3, repeat: int = 1
 
 def time_interleaved(step_fns: dict[str, Callable[[], object]], *, warmup: int = 3,
                      repeat: int = 10, min_time: float = 0.0, max_runs: int = 1000,
-                     device=None, settle: int = 1) -> dict[str, dict]:
+                     device=None, settle: int = 1,
+                     clock: Callable[[], float] = time.perf_counter) -> dict[str, dict]:
     """Time several step functions side by side, one timed run of each per round.
 
     Interleaving makes a slow spell of a shared machine (another process, a noisy
@@ -69,7 +71,8 @@ def time_interleaved(step_fns: dict[str, Callable[[], object]], *, warmup: int =
     the variant that followed eager. The order also rotates from round to round.
     Rounds go on until there are ``repeat`` of them and the timed runs add up to
     ``min_time`` seconds per function (at most ``max_runs`` rounds). The garbage
-    collector is paused during the timed runs (as ``timeit`` does).
+    collector is paused during the timed runs (as ``timeit`` does). ``clock``: wall time
+    by default; ``time.thread_time`` counts this thread's CPU time alone (bench/ab.py).
     Returns ``{name: {"median_s", "p10_s", "p90_s", "min_s", "runs"}}``.
     """
     if repeat < 1:
@@ -96,10 +99,10 @@ def time_interleaved(step_fns: dict[str, Callable[[], object]], *, warmup: int =
                 for _ in range(settle):
                     fn()
                 sync()
-                start = time.perf_counter()
+                start = clock()
                 fn()
                 sync()
-                times[name].append(time.perf_counter() - start)
+                times[name].append(clock() - start)
                 total += times[name][-1]
             rounds += 1
     finally:
@@ -139,3 +142,19 @@ def versions() -> dict:
         "gpu": gpu,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+@contextmanager
+def environment(**values):
+    """Environment variables set for the block (a value None leaves its variable as it
+    is), and restored after it: a knob read when a program is built, for one variant."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update({k: v for k, v in values.items() if v is not None})
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
