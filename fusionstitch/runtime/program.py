@@ -199,28 +199,18 @@ class Program:
         # by it alone (an LSTM forward returns 15 `alias`es of its gates for it)
         seen = {slot_of[r.name] for i, r in enumerate(graph.outputs)
                 if isinstance(r, Ref) and i not in free_outputs}
-        self._view_slots = _view_slots(graph, steps, seen) \
+        self._view_slots = _view_slots(graph, steps, seen, slot_of, kernels.values()) \
             if static and sizes is None else {}
-        # split slot -> [(element slot, k)]: the elements' layouts are seen when the split
-        # runs (its input may be dead by the time a getitem runs)
-        self._split_views: dict[int, list] = {}
-        for slot, source in self._view_slots.items():
-            node = graph.nodes[slot]
-            if node.op == GETITEM:
-                split = slot_of[node.args[0].name]
-                self._split_views.setdefault(split, []).append((slot, node.args[1]))
-        # and the elements generated kernels read directly (key (split slot, k)): views
-        # of the split's input too, passed to the kernel as reinterpretations
-        if static and sizes is None:
-            index = {n.name: i for i, n in enumerate(graph.nodes)}
-            for step in kernels.values():
-                for slot, k in step.inputs:
-                    node = graph.nodes[slot]
-                    if k is not None and node.op in SPLITS and isinstance(node.args[0], Ref) \
-                            and slot not in seen:
-                        self._view_slots[(slot, k)] = index[node.args[0].name]
-                        self._split_views.setdefault(slot, []).append(((slot, k), k))
-        self._elements = {e for views in self._split_views.values() for e, _ in views}
+        # split slot -> {element key: k}, the splits whose elements are views (the wrapper
+        # runs a split none of whose elements it must make from its tuple): the layouts of
+        # a split's elements are seen when the split runs (its input may be dead by the
+        # time a getitem runs)
+        self.split_views: dict[int, dict[Any, int]] = {}
+        for key in self._view_slots:
+            split, k = key if isinstance(key, tuple) else _element(graph, slot_of, key)
+            if split is not None:
+                self.split_views.setdefault(split, {})[key] = k
+        self._elements = {e for views in self.split_views.values() for e in views}
         # slot, or (split slot, k) -> (input slot, sizes, strides, storage offset from
         # the input's)
         self.view_layouts: dict[Any, tuple[int, tuple, tuple, int]] = {}
@@ -352,8 +342,8 @@ class Program:
                                                          for k, v in kwargs.items()})
                 if check and slot in self._declared:
                     values[slot] = self._conform(ops, j, values[slot])
-                if check and slot in self._split_views:
-                    for element, k in dict(self._split_views[slot]).items():
+                if check and slot in self.split_views:
+                    for element, k in self.split_views[slot].items():
                         self._record_layout(element, self._view_slots[element], values,
                                             values[slot][k])
                 elif check and slot in self._view_slots and slot not in self._elements:
@@ -454,13 +444,27 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 SPLITS = frozenset({"split.Tensor", "split_with_sizes.default", "unbind.int"})
 
 
-def _view_slots(graph, steps: list, outputs: set) -> dict[int, int]:
-    """{slot: the slot it is a view of} of the views run through torch whose first
+def _element(graph, slot_of: dict, slot: int) -> tuple:
+    """(split slot, k) when `slot` is getitem k of a split, else (None, None)."""
+    node = graph.nodes[slot]
+    if node.op == GETITEM:
+        return slot_of[node.args[0].name], node.args[1]
+    return None, None
+
+
+def _view_slots(graph, steps: list, outputs: set, slot_of: dict, kernels) -> dict:
+    """{view: the slot it is a view of} of the views run through torch whose first
     argument is a value: the graph's view ops (the graph's `view`s run as reshapes, which
     may copy: the first call tells) and the elements of a split (`SPLITS`), views of the
-    split's input; not graph outputs."""
-    slots: dict[int, int] = {}
-    index = {n.name: i for i, n in enumerate(graph.nodes)}
+    split's input, whether a getitem reads them (key: its slot) or a generated kernel
+    (key: (split slot, k)); not graph outputs."""
+    slots: dict = {}
+
+    def split_input(slot: int) -> int | None:
+        split = graph.nodes[slot]
+        if split.op in SPLITS and isinstance(split.args[0], Ref) and slot not in outputs:
+            return slot_of[split.args[0].name]
+        return None
     for kind, ops in steps:
         if kind == "generated":
             continue
@@ -470,9 +474,9 @@ def _view_slots(graph, steps: list, outputs: set) -> dict[int, int]:
                     or not isinstance(args[0], _Slot):
                 continue
             if node.op == GETITEM:
-                split = graph.nodes[args[0].index]
-                if split.op in SPLITS and isinstance(split.args[0], Ref):
-                    slots[slot] = index[split.args[0].name]
+                source = split_input(args[0].index)
+                if source is not None:
+                    slots[slot] = source
                 continue
             try:
                 view = lookup(node.op).view
@@ -480,6 +484,11 @@ def _view_slots(graph, steps: list, outputs: set) -> dict[int, int]:
                 continue
             if view and node.op not in SPLITS:
                 slots[slot] = args[0].index
+    for step in kernels:
+        for slot, k in step.inputs:
+            source = split_input(slot) if k is not None else None
+            if source is not None:
+                slots[(slot, k)] = source
     return slots
 
 

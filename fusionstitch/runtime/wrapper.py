@@ -85,6 +85,12 @@ def _inline(step) -> bool:
             and all(element is None for _, element, _, _ in step.outputs))
 
 
+def _written_out(step, recycled) -> bool:
+    """Whether the generated code writes the launch of `step` out (`_inline`, and no
+    output from the recycling pool); else it calls the step, which reads `values`."""
+    return _inline(step) and not (recycled and step.pooled)
+
+
 def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) -> Callable:
     """`run(inputs, pool, sizes)` for `program` (a Program after its first call):
     `inputs` its tensor inputs (exactly one per parameter), `pool` its call's recycling
@@ -159,7 +165,7 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
             position += 1
             step, dead = ops
             kernels += 1
-            if _inline(step) and not (recycled and step.pooled):
+            if _written_out(step, recycled):
                 if not _chainable(step, chain):
                     flush()
                 if _chainable(step, chain):
@@ -249,7 +255,7 @@ def _composed_views(program, slot_type: type) -> tuple[dict, frozenset]:
         if kind == "generated":
             step = ops[0]
             # (a launch that is not written out reads its inputs from `values` itself)
-            inline = _inline(step) and not (program.recycled and step.pooled)
+            inline = _written_out(step, program.recycled)
             for slot, element in step.inputs:
                 if (slot, element) not in layouts or not inline:
                     readers.setdefault(slot, set()).add(None)
@@ -262,23 +268,9 @@ def _composed_views(program, slot_type: type) -> tuple[dict, frozenset]:
     for o in program.outputs:
         read(o, None)
     skipped = {s for s in layouts if not readers.get(s)}
-    # a split whose every element is a view made from its input is not run at all
-    for kind, ops in program.steps:
-        if kind != "generated":
-            skipped.update(slot for slot, fn, *_ in ops
-                           if _split(fn) and slot not in layouts and not readers.get(slot))
+    # a split whose every element read is a view made from its input is not run at all
+    skipped.update(s for s in program.split_views if not readers.get(s))
     return layouts, frozenset(skipped)
-
-
-_SPLIT_OPS = frozenset({torch.ops.aten.split.Tensor, torch.ops.aten.split_with_sizes.default,
-                        torch.ops.aten.unbind.int})
-
-
-def _split(fn) -> bool:
-    try:
-        return fn in _SPLIT_OPS
-    except TypeError:       # an unhashable callable
-        return False
 
 
 def _private(name: str) -> Callable | None:

@@ -252,23 +252,18 @@ def chain(runs: list, syms: list) -> Callable[[list[torch.Tensor]], None] | None
     launch alone costs 1-3 us of host time, and a small step has dozens). None when a
     kernel takes more arguments than a chain passes."""
     table: list[int] = [len(runs)]
-    errors_at: list[int] = []
     checks: list[str] = []
-    offset = 0
+    offset = 1                  # p[0] is the error cell, the buffers' pointers follow
     for run, ys in zip(runs, syms):
         cfunc, errors, kchecks = run.native
         n = run.buffers
         if n + len(ys) + 1 > CHAIN_ARGS:
             return None
-        if errors:
-            errors_at.append(len(table) + 3)
-        table += [ctypes.cast(cfunc, ctypes.c_void_p).value, n, len(ys), 0]
+        table += [ctypes.cast(cfunc, ctypes.c_void_p).value, n, len(ys), int(errors)]
         table += range(offset, offset + n)
         table += ys
         offset += n
         checks += [c for c in kchecks if c not in checks]
-    for i in errors_at:
-        table[i] = offset       # the error cell: the slot after every buffer's pointer
     table_array = array("q", table)
     address = table_array.buffer_info()[0]
     fs_chain = runs[0].library.fs_chain
@@ -278,11 +273,11 @@ def chain(runs: list, syms: list) -> Callable[[list[torch.Tensor]], None] | None
     checks_t = tuple(checks)
 
     def call(buffers: list[torch.Tensor]) -> None:
-        p = array("q", map(data_ptr, buffers))
-        p.append(0)
+        p = array("q", (0,))
+        p.extend(map(data_ptr, buffers))
         fs_chain(address, p.buffer_info()[0])
-        if p[-1]:
-            raise kernel_error(p[-1], checks_t)
+        if p[0]:
+            raise kernel_error(p[0], checks_t)
 
     call.table = table_array          # (alive as long as the function)
     return call

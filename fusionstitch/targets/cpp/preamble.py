@@ -281,10 +281,10 @@ static inline void call_packed(void (*f)(A...), const int64_t* a) {
 
 // `fs_chain(table, p)`: several kernels' `_packed` functions called in order in one
 // native call (build.chain: a chain of a program's consecutive kernels pays one ctypes
-// call and one argument array instead of one each). `p`: the data pointers of every
-// kernel's buffers, in order, then one error cell. `table`: the number of kernels, then
-// per kernel its function, its number of pointers np, of syms ns, the index in `p` of
-// the error cell or 0 (a kernel without one), its np indices into `p`, its ns syms.
+// call and one argument array instead of one each). `p`: one error cell, then the data
+// pointers of every kernel's buffers, in order. `table`: the number of kernels, then per
+// kernel its function, its number of pointers np, of syms ns, whether it takes the error
+// cell (1) or not (0), its np indices into `p`, its ns syms.
 extern "C" void fs_chain(const int64_t* t, int64_t* p) {
     int64_t a[FS_CHAIN_ARGS];
     const int64_t n = *t++;
@@ -294,7 +294,7 @@ extern "C" void fs_chain(const int64_t* t, int64_t* p) {
         int64_t j = 0;
         for (int64_t i = 0; i < np; ++i) a[j++] = p[*t++];
         for (int64_t i = 0; i < ns; ++i) a[j++] = *t++;
-        if (err) a[j++] = reinterpret_cast<int64_t>(p + err);
+        if (err) a[j++] = reinterpret_cast<int64_t>(p);
         f(a);
     }
 }
