@@ -145,16 +145,16 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
     chain: list[tuple] = []
 
     def join(step, dead, i) -> None:
-        _chain_buffers(src, step, len(chain), layouts)
-        chain.append((step, position, dead, i))
+        args = _chain_buffers(src, step, len(chain), layouts)
+        chain.append((step, position, dead, i, args))
 
     def flush() -> None:
         nonlocal position
         if not chain:
             return
-        _launch_chain(src, [c[0] for c in chain])
+        _launch_chain(src, [c[0] for c in chain], [c[4] for c in chain])
         here = position
-        for _, at, dead, i in chain:    # drops wait for the chain: its kernels read them
+        for _, at, dead, i, _ in chain:  # drops wait for the chain: its kernels read them
             position = at
             drops(dead, i)
         position = here
@@ -423,9 +423,9 @@ def _input(src: _Source, layouts: dict, slot: int, element) -> str:
     return f"values[{slot}]" + ("" if element is None else f"[{element!r}]")
 
 
-def _chain_buffers(src: _Source, step, j: int, layouts: dict) -> None:
-    """`b<j> = [...]`: the buffers of the `j`th kernel of a chain, its outputs allocated
-    (and in `values`, for the views and kernels after it)."""
+def _chain_buffers(src: _Source, step, j: int, layouts: dict) -> list[str]:
+    """The buffers of the `j`th kernel of a chain, its outputs allocated (and in `values`,
+    for the views and kernels after it): the names of its arguments."""
     args = []
     for k, (slot, element) in enumerate(step.inputs):
         src.emit(f"a{j}_{k} = {_input(src, layouts, slot, element)}")
@@ -437,14 +437,16 @@ def _chain_buffers(src: _Source, step, j: int, layouts: dict) -> None:
     for k, (shape, dt) in enumerate(step.scratch):
         src.emit(f"s{j}_{k} = {_empty(src, shape, dt, step.device, device)}")
         args.append(f"s{j}_{k}")
-    src.emit(f"b{j} = [{', '.join(args)}]")
+    return args
 
 
-def _launch_chain(src: _Source, steps: list) -> None:
-    """The launches of a chain's kernels (`_chain_buffers` made their `b<j>`): one call of
-    their target's chain, which checks at each call that no step's `run` was replaced
-    since (a profiler, a test wraps them) and launches them one by one if one was; one
-    by one too where there is one kernel, or the target refuses the chain."""
+def _launch_chain(src: _Source, steps: list, args: list[list[str]]) -> None:
+    """The launches of a chain's kernels (`args`: each one's buffers, made by
+    `_chain_buffers`): one call of their target's chain, which checks at each call that
+    no step's `run` was replaced since (a profiler, a test wraps them) and launches them
+    one by one if one was; one by one too where there is one kernel, or the target
+    refuses the chain. A chain with a `direct` entry (targets/cpp/pyentry.py) is called
+    with the buffers as its arguments, no list built."""
     runs = [s.run for s in steps]
     fn = runs[0].chain(runs, [list(s.fixed_syms()) for s in steps]) if len(steps) > 1 \
         else None
@@ -453,11 +455,45 @@ def _launch_chain(src: _Source, steps: list) -> None:
     if fn is not None:
         src.emit(f"if tuple(map({src.name('RUN', _RUN)}, {src.name('KS', tuple(steps))})) == "
                  f"{src.name('R', tuple(runs))}:")
-        src.emit(f"    {src.name('CH', fn)}({' + '.join(f'b{j}' for j in range(len(steps)))})")
+        direct = getattr(fn, "direct", None)
+        if direct is not None:
+            entry, head, error = direct
+            src.name("CH", fn)      # (alive as long as the code: it owns the chain's table)
+            call = (f"{src.name('CE', entry)}({', '.join(map(repr, head))}, "
+                    f"{', '.join(a for buffers in args for a in buffers)})")
+            src.emit(f"    if (e := {call}):")
+            src.emit(f"        raise {src.name('KE', error)}(e)")
+        else:
+            src.emit(f"    {src.name('CH', fn)}([{', '.join(a for b in args for a in b)}])")
         src.emit("else:")
         pad = "    "
     for j, step in enumerate(steps):
-        src.emit(f"{pad}{names[j]}.run(b{j}, {src.name('Y', step.fixed_syms())})")
+        _call(src, step, names[j], args[j], pad)
+
+
+def _call(src: _Source, step, name: str, args: list[str], pad: str) -> None:
+    """The launch of a static kernel (`name`: its KernelStep's) on buffers `args`: a
+    direct call of its native entry (targets/cpp/pyentry.py: no list, no Python frame)
+    while its `.run` is the one it was built with, else `.run` itself, read at each call
+    as KernelStep reads it (a test or a profiler may wrap it). A target's `run.direct`:
+    (entry, leading arguments, None or code -> the exception of a nonzero return)."""
+    run = step.run
+    syms = src.name("Y", step.fixed_syms())
+    direct = getattr(run, "direct", None)
+    if direct is None:
+        src.emit(f"{pad}{name}.run([{', '.join(args)}], {syms})")
+        return
+    entry, head, error = direct
+    values = ", ".join([repr(h) for h in head] + args + [repr(int(y)) for y in step.fixed_syms()])
+    src.emit(f"{pad}if {name}.run is {src.name('R', run)}:")
+    call = f"{src.name('LE', entry)}({values})"
+    if error is not None:   # the code of the kernel's error cell -> what it raises
+        src.emit(f"{pad}    if (e := {call}):")
+        src.emit(f"{pad}        raise {src.name('KE', error)}(e)")
+    else:
+        src.emit(f"{pad}    {call}")
+    src.emit(f"{pad}else:")
+    src.emit(f"{pad}    {name}.run([{', '.join(args)}], {syms})")
 
 
 _RUN = operator.attrgetter("run")
@@ -495,10 +531,8 @@ def _launch(src: _Source, step, layouts: dict) -> None:
     for k, (shape, dt) in enumerate(step.scratch):
         src.emit(f"{pad}s{k} = {_empty(src, shape, dt, step.device, device)}")
         scratch.append(f"s{k}")
-    # `.run` read at each call, as KernelStep reads it (a test or a profiler may wrap it)
     name = src.name("K", step)
-    src.emit(f"{pad}{name}.run([{', '.join(args + outs + scratch)}], "
-             f"{src.name('Y', step.fixed_syms())})")
+    _call(src, step, name, args + outs + scratch, pad)
     for (slot, _, _, _), o in zip(step.outputs, outs):
         src.emit(f"{pad}values[{slot}] = {o}")
     if step.into:

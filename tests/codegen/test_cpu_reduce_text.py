@@ -57,7 +57,6 @@ if (rnumel == 12) {
     const int64_t rnumel = 12;  // shadows: known trips
     // columns: blocks of 16 x, each x's r inside, SIMD along r
     const int64_t xblocks = (xnumel + 15) / 16;
-    #pragma omp parallel for schedule(static) if(parallel: xblocks > 1 && xnumel * rnumel >= 32768)
     for (int64_t xb = 0; xb < xblocks; ++xb) {
         const int64_t x0 = xb * 16;
         const int64_t xn = xnumel - x0 < 16 ? xnumel - x0 : 16;

@@ -113,7 +113,7 @@ extern "C" void fs_k(
     {
         const int64_t xnumel = ks5;
         if (in0_s0 == ks1 && in0_s1 == 1 && in1_s0 == 1) {  // dense: the expected strides
-            #pragma omp parallel for simd schedule(static) if(parallel: xnumel >= 32768)
+            #pragma omp simd
             for (int64_t x = 0; x < xnumel; ++x) {
                 const bool xmask = true;
                 const float ld1 = xmask ? in0[x] : 0.0f;
@@ -129,7 +129,6 @@ extern "C" void fs_k(
             const int64_t xinner = ks1 > 0 ? ks1 : 1;  // x = xo * xinner + xi
             const int64_t xouter = (xnumel + xinner - 1) / xinner;
             const int64_t xblocks = (xinner + 4095) / 4096;
-            #pragma omp parallel for schedule(static) if(parallel: xnumel >= 32768)
             for (int64_t xblock = 0; xblock < xouter * xblocks; ++xblock) {
                 const int64_t xo = xblocks == 1 ? xblock : xblock / xblocks;
                 const int64_t xi_begin = xblocks == 1 ? 0 : (xblock % xblocks) * 4096;

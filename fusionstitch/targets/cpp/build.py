@@ -17,6 +17,7 @@ import logging
 import os
 import shlex
 import subprocess
+import sys
 import tempfile
 import threading
 from array import array
@@ -28,6 +29,7 @@ import torch
 from ...runtime import counters
 from ...runtime.cache import (cache_dir, digest, register_memory_cache, seal, unseal,
                              write_atomic)
+from .pyentry import FLAG_ERRORS, FLAG_RELEASE, entries
 
 log = logging.getLogger("fusionstitch.codegen")
 
@@ -63,7 +65,7 @@ FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17",
 
 
 _LOCK = threading.Lock()
-_LOADED: dict[str, ctypes.CDLL] = {}          # digest -> library (this process)
+_LOADED: dict[tuple, ctypes.CDLL] = {}        # (digest, loader) -> library (this process)
 _TOOLCHAIN: dict[str, tuple[str, str] | str] = {}  # compiler command -> (version, arch) or error
 
 
@@ -120,16 +122,17 @@ def toolchain(cxx: list[str]) -> tuple[str, str]:
     return got
 
 
-def _build(cxx: list[str], source: str, folder: str, key: str, libs: tuple[str, ...]) -> str:
-    """Compile `source` (linked with `libs`) into `<folder>/<key>.so`, sealed and written
-    atomically; returns the path."""
+def _build(cxx: list[str], source: str, folder: str, key: str, libs: tuple[str, ...],
+           include: str = "") -> str:
+    """Compile `source` (linked with `libs`, with headers from `include` when given) into
+    `<folder>/<key>.so`, sealed and written atomically; returns the path."""
     target = os.path.join(folder, key + ".so")
     fd, src = tempfile.mkstemp(prefix=key + ".", suffix=".cpp", dir=folder)
     so = src[:-4] + ".so"
     try:
         with os.fdopen(fd, "w") as f:
             f.write(source)
-        cmd = [*cxx, *FLAGS, "-o", so, src, *libs]
+        cmd = [*cxx, *FLAGS, *(["-I", include] if include else []), "-o", so, src, *libs]
         try:
             p = _run(cmd, 600)
         except (OSError, subprocess.SubprocessError) as e:
@@ -170,15 +173,18 @@ def _verified(path: str, key: str) -> bool | None:
     return True
 
 
-def load_library(n_kernels: int, source: str, libs: tuple[str, ...] = ()) -> ctypes.CDLL:
-    """The library of `source` (holding `n_kernels` kernels, linked with `libs`): from this
-    process, from the disk cache (when its seal holds), or compiled now; counts
-    `cache_hits` / `kernels_compiled` per kernel."""
+def load_library(n_kernels: int, source: str, libs: tuple[str, ...] = (), include: str = "",
+                 loader: type = ctypes.CDLL) -> ctypes.CDLL:
+    """The library of `source` (holding `n_kernels` kernels, linked with `libs`, compiled
+    with the headers of `include` when given: pyentry.py's, Python's): from this process,
+    from the disk cache (when its seal holds), or compiled now, loaded by `loader`;
+    counts `cache_hits` / `kernels_compiled` per kernel."""
     cxx = compiler()
     version, arch = toolchain(cxx)
-    key = digest(source, " ".join(FLAGS + libs), version, arch)
+    key = digest(source, " ".join(FLAGS + libs), version, arch,
+                 *([include, sys.version] if include else []))
     with _LOCK:
-        lib = _LOADED.get(key)
+        lib = _LOADED.get((key, loader))
         if lib is not None:
             counters.bump("cache_hits", n_kernels)
             return lib
@@ -187,18 +193,18 @@ def load_library(n_kernels: int, source: str, libs: tuple[str, ...] = ()) -> cty
         lib = None
         if _verified(path, key):
             try:
-                lib = ctypes.CDLL(path)
+                lib = loader(path)
                 counters.bump("cache_hits", n_kernels)
             except OSError:
                 lib = None          # sealed but does not load here: build it again
         if lib is None:
-            path = _build(cxx, source, folder, key, libs)
+            path = _build(cxx, source, folder, key, libs, include)
             try:
-                lib = ctypes.CDLL(path)
+                lib = loader(path)
             except OSError as e:
                 raise CompileFailed(f"cannot load the compiled library {path}: {e}") from None
             counters.bump("kernels_compiled", n_kernels)
-        _LOADED[key] = lib
+        _LOADED[(key, loader)] = lib
         return lib
 
 
@@ -206,18 +212,40 @@ def load_library(n_kernels: int, source: str, libs: tuple[str, ...] = ()) -> cty
 ERROR_ARG = "fs_error"
 
 
-def runner(cfunc, name: str, checks_errors: bool = False, checks: tuple[str, ...] = ()
-            ) -> Callable[[list[torch.Tensor], list[int]], None]:
+def runner(cfunc, name: str, checks_errors: bool = False, checks: tuple[str, ...] = (),
+           release: bool = False) -> Callable[[list[torch.Tensor], list[int]], None]:
     """`run(buffers, syms)`: calls `<name>_packed` with one array of the data pointers
-    then the syms (see PREAMBLE's `call_packed`). A kernel that divides integers or
-    checks indices (`checks_errors`) also gets the address of an error cell, the
-    array's last slot (one per call, so concurrent calls never see each other's): a
-    zero divisor (code 1) raises what eager raises, RuntimeError("ZeroDivisionError"),
-    and an index out of range (code 2) IndexError naming `checks` (the kernel's), after
-    the launch."""
-    data_ptr = torch.Tensor.data_ptr
+    then the syms (see PREAMBLE's `call_packed`): through pyentry's `launch` (a built-in
+    function: 0.1-0.2 us of host time) where it is available, else through ctypes. A
+    kernel that divides integers or checks indices (`checks_errors`) also gets the
+    address of an error cell, the array's last slot (one per call, so concurrent calls
+    never see each other's): a zero divisor (code 1) raises what eager raises,
+    RuntimeError("ZeroDivisionError"), and an index out of range (code 2) IndexError
+    naming `checks` (the kernel's), after the launch. `release`: the GIL is released
+    while the kernel runs (large kernels; ctypes always releases it).
 
-    if not checks_errors:
+    `run.direct` is `(launch, (address, flags), raiser)` when the entry points serve it
+    (raiser: None, or code -> the exception, for a kernel with an error cell): the
+    wrapper's generated code calls `launch(address, flags, *buffers, *syms)` itself."""
+    data_ptr = torch.Tensor.data_ptr
+    got = entries()
+    direct = None
+    if got is not None:
+        launch = got[0]
+        address = ctypes.cast(cfunc, ctypes.c_void_p).value
+        flags = (FLAG_ERRORS if checks_errors else 0) | (FLAG_RELEASE if release else 0)
+        direct = (launch, (address, flags),
+                  (lambda code: kernel_error(code, checks)) if checks_errors else None)
+
+        if not checks_errors:
+            def run(buffers: list[torch.Tensor], syms: list[int]) -> None:
+                launch(address, flags, *buffers, *syms)
+        else:
+            def run(buffers: list[torch.Tensor], syms: list[int]) -> None:
+                code = launch(address, flags, *buffers, *syms)
+                if code:
+                    raise kernel_error(code, checks)
+    elif not checks_errors:
         def run(buffers: list[torch.Tensor], syms: list[int]) -> None:
             args = array("q", map(data_ptr, buffers))
             args.extend(syms)
@@ -236,6 +264,7 @@ def runner(cfunc, name: str, checks_errors: bool = False, checks: tuple[str, ...
     run.__name__ = name
     run.chain = chain                                   # (see `chain`)
     run.native = (cfunc, checks_errors, checks)
+    run.direct = direct
     return run
 
 
@@ -271,13 +300,23 @@ def chain(runs: list, syms: list) -> Callable[[list[torch.Tensor]], None] | None
     fs_chain.restype = None
     data_ptr = torch.Tensor.data_ptr
     checks_t = tuple(checks)
+    got = entries()
+    if got is not None:
+        entry, function = got[1], ctypes.cast(fs_chain, ctypes.c_void_p).value
 
-    def call(buffers: list[torch.Tensor]) -> None:
-        p = array("q", (0,))
-        p.extend(map(data_ptr, buffers))
-        fs_chain(address, p.buffer_info()[0])
-        if p[0]:
-            raise kernel_error(p[0], checks_t)
+        def call(buffers: list[torch.Tensor]) -> None:
+            code = entry(function, address, *buffers)
+            if code:
+                raise kernel_error(code, checks_t)
+        call.direct = (entry, (function, address), lambda code: kernel_error(code, checks_t))
+    else:
+        def call(buffers: list[torch.Tensor]) -> None:
+            p = array("q", (0,))
+            p.extend(map(data_ptr, buffers))
+            fs_chain(address, p.buffer_info()[0])
+            if p[0]:
+                raise kernel_error(p[0], checks_t)
+        call.direct = None
 
     call.table = table_array          # (alive as long as the function)
     return call

@@ -130,6 +130,7 @@ in-process table or on disk).
 from __future__ import annotations
 
 import ctypes
+import math
 import re
 from collections.abc import Callable
 
@@ -322,6 +323,7 @@ class _Printer(FlatLoops, ReduceLoops):
         self.rowplan = RowPlan()                # row buffers of the reduce component printed
         self.stashes: dict = {}                 # ... kept in outputs (ReduceLoops.output_stash)
         self.parallel_r = False                 # printing the loops of a one-row component
+        self.serial = False                     # the component printed runs on one thread
         self.r_inside = False                   # columns: the loop over r inside the lanes'
         self.r_simd = False                     # ... and run as SIMD lanes along r (rows)
         self.block = COLUMN_BLOCK               # columns: lanes (x) of a block
@@ -332,6 +334,10 @@ class _Printer(FlatLoops, ReduceLoops):
 
     # -- helpers
     def emit(self, depth: int, text: str) -> None:
+        if self.serial and text.startswith(_OMP_THREADS):
+            text = serial_pragma(text)
+            if text is None:
+                return
         self.lines.append("    " * depth + text)
 
     def var(self, name: str) -> str:
@@ -445,6 +451,13 @@ class _Printer(FlatLoops, ReduceLoops):
     def component(self, i: int, c: Component) -> None:
         env0: dict[str, str] = {}
         xn = self.index(c.xnumel, env0)
+        # sizes known here (static) too small for any parallel region: no OpenMP call at
+        # all (a region whose `if` is false still costs 0.3 us to enter and leave)
+        work = E.evaluate(c.xnumel, lambda s: self.constants.get(s.name))
+        if c.kind == "reduce" and work is not None:
+            r = E.evaluate(c.rnumel, lambda s: self.constants.get(s.name))
+            work = None if r is None else work * max(r, 1)
+        self.serial = work is not None and work < PARALLEL_GRAIN
         if c.kind == "flat":
             self.emit(1, f"// component {i}: flat, x < {xn}")
         elif c.kind == "reduce":
@@ -715,6 +728,20 @@ class _Printer(FlatLoops, ReduceLoops):
             raise CannotPrint(f"cpu backend: {op} computes in floats, not {dt}")
 
 
+# the pragmas that start or share out a team of threads
+_OMP_THREADS = ("#pragma omp parallel", "#pragma omp for")
+
+
+def serial_pragma(text: str) -> str | None:
+    """What a thread-team pragma becomes in a component that runs on one thread: a
+    `parallel for simd` loop keeps its `simd` and reductions (the same vector code and
+    sums as before, where one thread ran it), any other goes (its region is a block)."""
+    if not text.startswith("#pragma omp parallel for simd"):
+        return None
+    return "#pragma omp simd" + "".join(
+        " " + m for m in re.findall(r"reduction\([^)]*\)", text))
+
+
 def _function_name(kernel: Kernel) -> str:
     """`fs_<kernel name>`: the prefix keeps kernels apart from C library symbols (exp, ...)."""
     return "fs_" + (re.sub(r"[^A-Za-z0-9_]", "_", kernel.name) or "kernel")
@@ -765,7 +792,9 @@ def compile_cpu(kernels: list[Kernel]) -> list[Callable[[list[torch.Tensor], lis
     # one runner per kernel: kernels of one source may check indices of different ops
     runs = []
     for k, sym in zip(kernels, symbols):
-        run = runner(funcs[sym][0], sym, funcs[sym][1], k.checks)
+        # large kernels release the GIL while they run (as a ctypes call did)
+        release = max((math.prod(b.shape) for b in k.buffers), default=0) >= PARALLEL_GRAIN
+        run = runner(funcs[sym][0], sym, funcs[sym][1], k.checks, release)
         run.buffers = len(k.buffers)      # (build.chain: the pointers it takes)
         run.library = lib
         runs.append(run)
