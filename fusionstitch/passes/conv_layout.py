@@ -26,8 +26,11 @@ mobilenet_v2_infer 15.3 -> 13.3 ms; resnet_infer even, convnext_infer 4-5% slowe
 their gain in the library (~0.1 ms) is about what the two views per convolution
 (~4 us each on the CI machine) and the copies cost (bench/results/conv_layout_cpu_*). The weight stays NCHW: torch reorders it inside each
 call; by hand, resnet's six convolutions with weights already channels-last take 544 us
-against 640, so a weight copy made by a kernel of ours (Inductor's choice) is the next
-step, not taken yet.
+against 640. A weight copied to channels-last by a kernel of ours at each call
+(Inductor's choice) was tried (2026-11-27, bench.ab, one thread): the six convolutions of
+resnet_infer went from 291 to 272 us, but the copies' launches, allocations and views
+cost as much (step 0.519 -> 0.540 ms), and mobilenet_v2's 52 copies more (4.11 ->
+4.21 ms): not taken. A copy made once per weight version (torch's `_version`) would be.
 
 Correctness never depends on a layout: kernels read every input through its run-time
 strides and library calls take any strides, so where torch returns another layout (a
