@@ -1,5 +1,6 @@
 """The generated per-call code of a Program (runtime/wrapper.py): the same results, the
 same counters and the same drops as the interpreter it replaces from the second call."""
+import re
 import shutil
 
 import pytest
@@ -465,3 +466,28 @@ def test_split_elements_a_kernel_reads_are_views_of_the_split_input():
     [src] = [s.program.generated_source for g in sink for s in g.specialisations.values()]
     assert src.count("RT") == 4 and "(2, 8), (32, 1), 24)" in src, src
     assert src.count("= F") == 1, src       # the GEMM alone: no split
+
+
+@pytest.mark.skipif("cpu" not in TARGETS, reason="needs a C++ compiler")
+def test_a_view_read_only_by_launches_is_its_source_and_one_torch_reads_is_made():
+    """A launch takes a buffer's data pointer only (its sizes and strides are the syms
+    fixed at the first call): a view at offset 0 that only written-out launches read is
+    its source in the generated code, no reinterpretation made; a view torch reads is."""
+    g = parse("""graph g(%a: f32[4,8]) {
+  %c: f32[4,8] = cumsum.default(%a, 1)
+  %u: f32[8,4] = view.default(%c, [8, 4])
+  %e: f32[8,4] = neg.default(%u)
+  %v: f32[8,4] = view.default(%c, [8, 4])
+  %w: f32[8,4] = cumsum.default(%v, 0)
+  return (%e, %w)
+}""")
+    prog = Program(make_plan(g, "stitch", "cpu"), target="cpu", static=True)
+    for _ in range(3):
+        a = torch.randn(4, 8)
+        e, w = prog([a])
+        c = a.cumsum(1)
+        torch.testing.assert_close(e, -c.view(8, 4), rtol=0, atol=0)
+        torch.testing.assert_close(w, c.view(8, 4).cumsum(0), rtol=0, atol=0)
+    src = prog.generated_source
+    assert re.search(r"values\[\d+\] = values\[\d+\]\n", src), src
+    assert src.count("RT") == 1, src         # the view torch reads
