@@ -55,6 +55,20 @@ class _Source:
     def __init__(self):
         self.lines: list[str] = []
         self.names: dict[str, Any] = {}
+        # views that are their source in the code (`_composed_views`' pointers): slot ->
+        # (size, stride); and a launch's argument holding one -> the view itself, made
+        # only where a step's `run` was replaced (what a wrapper of it must see)
+        self.pointers: dict[int, tuple] = {}
+        self.made: dict[str, str] = {}
+
+    def argument(self, var: str, slot: int, element) -> None:
+        """`var` holds a launch's input `slot` (`element`): note how to make its view."""
+        layout = self.pointers.get(slot) if element is None else None
+        if layout is None:
+            self.made.pop(var, None)
+        else:
+            self.made[var] = (f"{self.name('RT', _REINTERPRET)}({var}, {layout[0]!r}, "
+                              f"{layout[1]!r}, 0)")
 
     def name(self, prefix: str, obj: Any) -> str:
         n = f"{prefix}{len(self.names)}"
@@ -109,6 +123,7 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
     kernels = library = 0
     layouts, skipped, pointers = _composed_views(program, slot_type) \
         if _REINTERPRET is not None else ({}, frozenset(), frozenset())
+    src.pointers = {s: layouts[s][1:3] for s in pointers}
     # a view made from the first value of its chain reads that value later than the
     # graph did: its drop waits for the last such view (`keep`: value -> that position)
     keep: dict[int, int] = {}
@@ -445,6 +460,7 @@ def _chain_buffers(src: _Source, step, j: int, layouts: dict) -> list[str]:
     args = []
     for k, (slot, element) in enumerate(step.inputs):
         src.emit(f"a{j}_{k} = {_input(src, layouts, slot, element)}")
+        src.argument(f"a{j}_{k}", slot, element)
         args.append(f"a{j}_{k}")
     device = src.name("DEV", step.device)
     for k, ((slot, _, shape, _), dt) in enumerate(zip(step.outputs, step.torch_dtype)):
@@ -495,9 +511,10 @@ def _call(src: _Source, step, name: str, args: list[str], pad: str) -> None:
     (entry, leading arguments, None or code -> the exception of a nonzero return)."""
     run = step.run
     syms = src.name("Y", step.fixed_syms())
+    made = ", ".join(src.made.get(a, a) for a in args)
     direct = getattr(run, "direct", None)
     if direct is None:
-        src.emit(f"{pad}{name}.run([{', '.join(args)}], {syms})")
+        src.emit(f"{pad}{name}.run([{made}], {syms})")
         return
     entry, head, error = direct
     values = ", ".join([repr(h) for h in head] + args + [repr(int(y)) for y in step.fixed_syms()])
@@ -509,7 +526,7 @@ def _call(src: _Source, step, name: str, args: list[str], pad: str) -> None:
     else:
         src.emit(f"{pad}    {call}")
     src.emit(f"{pad}else:")
-    src.emit(f"{pad}    {name}.run([{', '.join(args)}], {syms})")
+    src.emit(f"{pad}    {name}.run([{made}], {syms})")
 
 
 _RUN = operator.attrgetter("run")
@@ -524,6 +541,7 @@ def _launch(src: _Source, step, layouts: dict) -> None:
     for k, (slot, element) in enumerate(step.inputs):
         a = f"a{k}"
         src.emit(f"{a} = {_input(src, layouts, slot, element)}")
+        src.argument(a, slot, element)
         args.append(a)
     into = dict(step.fixed_into()[1]) if step.into else {}
     pad = ""

@@ -472,7 +472,8 @@ def test_split_elements_a_kernel_reads_are_views_of_the_split_input():
 def test_a_view_read_only_by_launches_is_its_source_and_one_torch_reads_is_made():
     """A launch takes a buffer's data pointer only (its sizes and strides are the syms
     fixed at the first call): a view at offset 0 that only written-out launches read is
-    its source in the generated code, no reinterpretation made; a view torch reads is."""
+    its source in the generated code, no reinterpretation made; a view torch reads is,
+    and so is the view itself where a step's `run` was replaced (a profiler, a test)."""
     g = parse("""graph g(%a: f32[4,8]) {
   %c: f32[4,8] = cumsum.default(%a, 1)
   %u: f32[8,4] = view.default(%c, [8, 4])
@@ -490,4 +491,17 @@ def test_a_view_read_only_by_launches_is_its_source_and_one_torch_reads_is_made(
         torch.testing.assert_close(w, c.view(8, 4).cumsum(0), rtol=0, atol=0)
     src = prog.generated_source
     assert re.search(r"values\[\d+\] = values\[\d+\]\n", src), src
-    assert src.count("RT") == 1, src         # the view torch reads
+    # the view torch reads, and the view made only for a replaced `run`
+    assert src.count("RT") == 2, src
+    [step] = prog.kernel_steps.values()
+    seen = []
+    run = step.run
+
+    def wrapped(buffers, syms):
+        seen.append([tuple(b.shape) for b in buffers])
+        return run(buffers, syms)
+    step.run = wrapped
+    a = torch.randn(4, 8)
+    e, _ = prog([a])
+    torch.testing.assert_close(e, -a.cumsum(1).view(8, 4), rtol=0, atol=0)
+    assert seen == [[(8, 4), (8, 4)]], "a wrapper of `run` sees the view itself"
