@@ -123,3 +123,38 @@ def test_a_library_loads_once_per_loader(fresh):
     b = build.load_library(0, src)
     c = build.load_library(0, src, loader=ctypes.PyDLL)
     assert a is b and c is not a and c.fs_probe() == 7
+
+
+def test_without_torchs_data_pointer_function_the_method_serves(fresh):
+    """A torch without `_torchinductor_pyobject_tensor_data_ptr`: the entries call each
+    tensor's data_ptr() (slower, the same numbers); a view's pointer is its own."""
+    fresh.setattr(pyentry, "_torch_data_ptr", lambda: None)
+    pyentry.reset()
+    launch, _ = pyentry.entries()
+    g = parse("""graph g(%a: f32[3,5]) {
+  %e: f32[3,5] = neg.default(%a)
+  return (%e)
+}""")
+    prog = Program(make_plan(g, "stitch", "cpu"), torch.device("cpu"), "cpu", static=True)
+    base = torch.randn(4, 5)
+    a = base[1:]                    # a view at an offset: its pointer is past the base's
+    for _ in range(3):
+        [out] = prog([a])
+        assert torch.equal(out, -a)
+    [step] = prog.kernel_steps.values()
+    assert step.run.direct[0] is launch
+
+
+def test_a_large_kernel_releases_the_gil_and_computes_the_same(fresh):
+    """Kernels of 32768 elements or more release the GIL while they run (as ctypes did)."""
+    g = parse("""graph g(%a: f32[256,256]) {
+  %e: f32[256,256] = neg.default(%a)
+  return (%e)
+}""")
+    prog = Program(make_plan(g, "stitch", "cpu"), torch.device("cpu"), "cpu", static=True)
+    a = torch.randn(256, 256)
+    for _ in range(3):
+        [out] = prog([a])
+        assert torch.equal(out, -a)
+    [step] = prog.kernel_steps.values()
+    assert step.run.direct[1][1] & pyentry.FLAG_RELEASE
