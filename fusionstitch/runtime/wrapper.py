@@ -408,7 +408,7 @@ def _storage_ptr(t: torch.Tensor) -> int:
 
 # A chain's kernels are launched in one native call (the target's `run.chain`, e.g.
 # targets/cpp/build.chain) when each writes at most CHAIN_KERNEL_BYTES and all of them
-# CHAIN_BYTES: a launch's host cost (1-3 us) weighs only beside small kernels, and a
+# CHAIN_BYTES: a launch's host cost (0.3-8 us) weighs only beside small kernels, and a
 # chain allocates its kernels' outputs before it runs and drops its dead values after,
 # so its memory peak can grow by what it allocates.
 CHAIN_KERNEL_BYTES = 1 << 18
