@@ -21,6 +21,14 @@ and runs that from then on, as Inductor's wrapper code does:
         BUMP()                            # the counters' increments of one call, at once
         return [values[7]]
 
+A launch whose target gives a direct entry (`run.direct`: the cpu target's CPython
+built-ins, targets/cpp/pyentry.py) is a call of that entry with the buffers and the
+fixed syms as its arguments, guarded by `if K0.run is R0:` (a replaced `run` is called
+instead, with the values it would have got). Two savings of Inductor's wrapper as well:
+a view at offset 0 that only such launches read is its source (a launch reads a data
+pointer, never strides), and an output takes the memory of a dead value of its shape
+and dtype that only launches read (`_Source.allocate`, FUSIONSTITCH_REUSE=0 turns it off).
+
 Behaviour is the program's own: the same steps in the same order, the same values
 dropped after the same steps (recyclable ones through `Program._drop`, so the pool
 sees what it saw), the same counters bumped by the same amounts (fallbacks included),
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from typing import Any, Callable
 
 import torch
@@ -60,6 +69,38 @@ class _Source:
         # only where a step's `run` was replaced (what a wrapper of it must see)
         self.pointers: dict[int, tuple] = {}
         self.made: dict[str, str] = {}
+        # outputs allocated here that a later output may reuse once dead: slot -> key;
+        # dead ones, by (shape, dtype, device): the locals holding them
+        self.reusable: frozenset = frozenset()
+        self.owned: dict[int, tuple] = {}
+        self.free: dict[tuple, list[str]] = {}
+
+    def allocate(self, slot: int, shape, dt, device) -> str:
+        """Source of a new output for `slot`: the memory of a dead value of the same
+        shape and dtype (`reusable` ones: no alias of it can be alive), as Inductor's
+        wrapper reuses buffers, else a new tensor (0.4-1 us)."""
+        key = (tuple(int(d) for d in shape), dt, str(device))
+        free = self.free.get(key)
+        if slot in self.reusable:
+            self.owned[slot] = key
+        if free:
+            return free.pop()
+        return _empty(self, shape, dt, device, self.name("DEV", device))
+
+    def release(self, slot: int) -> None:
+        """`slot` is dead: its memory, if it is ours alone, serves a later output."""
+        key = self.owned.pop(slot, None)
+        if key is not None:
+            var = f"free{len(self.names)}_{slot}"
+            self.emit(f"{var} = values[{slot}]")
+            self.free.setdefault(key, []).append(var)
+
+    def unused_releases(self) -> None:
+        """Drop the releases no later output took: their memory goes when they die."""
+        taken = {v for line in self.lines for v in re.findall(r"= (free\d+_\d+)$", line)}
+        self.lines = [line for line in self.lines
+                      if not (m := re.match(r"\s*(free\d+_\d+) = values", line))
+                      or m.group(1) in taken]
 
     def argument(self, var: str, slot: int, element) -> None:
         """`var` holds a launch's input `slot` (`element`): note how to make its view."""
@@ -121,9 +162,10 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
     recycled = program.recycled
     drop = src.name("DROP", drop)
     kernels = library = 0
-    layouts, skipped, pointers = _composed_views(program, slot_type) \
-        if _REINTERPRET is not None else ({}, frozenset(), frozenset())
+    layouts, skipped, pointers, reusable = _composed_views(program, slot_type) \
+        if _REINTERPRET is not None else ({}, frozenset(), frozenset(), frozenset())
     src.pointers = {s: layouts[s][1:3] for s in pointers}
+    src.reusable = reusable if env_flag_default("FUSIONSTITCH_REUSE", True) else frozenset()
     # a view made from the first value of its chain reads that value later than the
     # graph did: its drop waits for the last such view (`keep`: value -> that position)
     keep: dict[int, int] = {}
@@ -149,6 +191,8 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
             dead = [d for d in dead if d not in later]
         if not dead:
             return
+        for d in dead:
+            src.release(d)
         if any(d in recycled for d in dead):
             src.emit(f"{drop}(values, {src.name('D', tuple(dead))}, pool, {i})")
         else:
@@ -239,6 +283,7 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
     else:
         src.emit("return [" + "".join(src.expr(o, slot_type) + ", "
                                       for o in program.outputs) + "]")
+    src.unused_releases()
     text = "def run(inputs, pool, sizes):\n" + "\n".join(src.lines) + "\n"
     namespace = dict(src.names)
     namespace["empty"] = torch.empty
@@ -248,14 +293,16 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
     return run
 
 
-def _composed_views(program, slot_type: type) -> tuple[dict, frozenset, frozenset]:
-    """(layouts, skipped, pointers): each view of `program.view_layouts` made from the
+def _composed_views(program, slot_type: type) -> tuple[dict, frozenset, frozenset, frozenset]:
+    """(layouts, skipped, pointers, reusable): each view of `program.view_layouts` made from the
     first value of its chain of such views (a view of a view of x is one
     reinterpretation of x); the views that need not be made at all: those read by
     nothing but such views; and the views at offset 0 read only by written-out kernel
     launches. A launch takes a buffer's data pointer and nothing else (its sizes and
     strides are the syms fixed at the first call), which is the source's own: such a
-    view is its source in the generated code (a reinterpretation costs 0.6-1.2 us)."""
+    view is its source in the generated code (a reinterpretation costs 0.6-1.2 us);
+    and the values whose memory a later output may take once they are dead (`_Source`'s
+    `allocate`)."""
     known = program.view_layouts
     layouts = {}
     for slot, (source, size, stride, offset) in known.items():
@@ -301,7 +348,15 @@ def _composed_views(program, slot_type: type) -> tuple[dict, frozenset, frozense
                    if not readers.get(s) and s not in launched)
     pointers = {s for s in layouts if s in launched and not readers.get(s)
                 and layouts[s][3] == 0}
-    return layouts, frozenset(skipped), frozenset(pointers)
+    # values whose memory may serve a later output once they are dead: read by
+    # written-out launches alone (no op of torch's may have kept an alias, no output),
+    # no view made from them, no output stored into them, not the pool's
+    sources = {layout[0] for layout in layouts.values()}
+    into = {slot for kind, ops in program.steps if kind == "generated" and ops[0].into
+            for slot, _ in ops[0].inputs}
+    reusable = {s for s in launched if not readers.get(s)} - sources - into \
+        - set(program.split_views) - set(program.recycled)
+    return layouts, frozenset(skipped), frozenset(pointers), frozenset(reusable)
 
 
 def _private(name: str) -> Callable | None:
@@ -464,7 +519,7 @@ def _chain_buffers(src: _Source, step, j: int, layouts: dict) -> list[str]:
         args.append(f"a{j}_{k}")
     device = src.name("DEV", step.device)
     for k, ((slot, _, shape, _), dt) in enumerate(zip(step.outputs, step.torch_dtype)):
-        src.emit(f"o{j}_{k} = values[{slot}] = {_empty(src, shape, dt, step.device, device)}")
+        src.emit(f"o{j}_{k} = values[{slot}] = {src.allocate(slot, shape, dt, step.device)}")
         args.append(f"o{j}_{k}")
     for k, (shape, dt) in enumerate(step.scratch):
         src.emit(f"s{j}_{k} = {_empty(src, shape, dt, step.device, device)}")
@@ -555,11 +610,13 @@ def _launch(src: _Source, step, layouts: dict) -> None:
             src.emit(f"{pad}{src.name('BUMP', bump)}()")
     device = src.name("DEV", step.device)
     outs = []
-    for k, ((_, _, shape, _), dt) in enumerate(zip(step.outputs, step.torch_dtype)):
+    for k, ((slot, _, shape, _), dt) in enumerate(zip(step.outputs, step.torch_dtype)):
         if k in into:
             src.emit(f"{pad}o{k} = values[{into[k]}]")
-        else:
+        elif step.into:     # (two branches: no memory taken from the dead in one alone)
             src.emit(f"{pad}o{k} = {_empty(src, shape, dt, step.device, device)}")
+        else:
+            src.emit(f"{pad}o{k} = {src.allocate(slot, shape, dt, step.device)}")
         outs.append(f"o{k}")
     scratch = []
     for k, (shape, dt) in enumerate(step.scratch):

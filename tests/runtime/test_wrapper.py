@@ -505,3 +505,41 @@ def test_a_view_read_only_by_launches_is_its_source_and_one_torch_reads_is_made(
     e, _ = prog([a])
     torch.testing.assert_close(e, -a.cumsum(1).view(8, 4), rtol=0, atol=0)
     assert seen == [[(8, 4), (8, 4)]], "a wrapper of `run` sees the view itself"
+
+
+@pytest.mark.skipif("cpu" not in TARGETS, reason="needs a C++ compiler")
+@pytest.mark.parametrize("reuse", ["1", "0"])
+def test_a_dead_kernel_output_only_launches_read_gives_its_memory_to_a_later_one(
+        monkeypatch, reuse):
+    """As Inductor's wrapper reuses buffers: an output of a written-out launch that only
+    such launches read (an LSTM's cell state), once dead, is the memory of a later
+    output of its shape and dtype; the same numbers, and what the caller gets is never
+    written by a later call. FUSIONSTITCH_REUSE=0 allocates every output."""
+    monkeypatch.setenv("FUSIONSTITCH_REUSE", reuse)
+    torch._dynamo.reset()
+    sink = []
+
+    def cells(xs, w, u, h, c):
+        for x in xs:
+            i, f, g, o = (x @ w + h @ u).chunk(4, 1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+        return h, c
+    comp = torch.compile(cells, backend=fusionstitch.backend(target="cpu", _sink=sink))
+    seen = []
+    with torch.no_grad():
+        for _ in range(4):
+            args = (torch.randn(4, 2, 8), torch.randn(8, 32), torch.randn(8, 32),
+                    torch.randn(2, 8), torch.randn(2, 8))
+            got = comp(*args)
+            for g, w in zip(got, cells(*args)):
+                torch.testing.assert_close(g, w)
+            seen.append([(t, t.clone()) for t in got])
+    for outs in seen:       # no later call wrote into an earlier call's outputs
+        for t, value in outs:
+            assert torch.equal(t, value)
+    [src] = [s.program.generated_source for g in sink for s in g.specialisations.values()]
+    taken = re.findall(r"= (free\d+_\d+)$", src, re.M)
+    released = re.findall(r"^\s*(free\d+_\d+) = values\[\d+\]$", src, re.M)
+    assert sorted(taken) == sorted(released), src       # no release left unused
+    assert bool(taken) == (reuse == "1"), src
