@@ -5,6 +5,7 @@ import torch
 
 import fusionstitch
 from fusionstitch.frontend.build import GraphBuilder
+from fusionstitch.ir.graph import Ref
 from fusionstitch.passes import unbroadcast_bmm
 from fusionstitch.passes.dce import dce
 
@@ -43,6 +44,14 @@ def test_bmm_of_b_and_k_broadcasts_becomes_one_mm(e_shape, w_shape):
     ops = [n.op for n in new.ops]
     assert "bmm.default" not in ops and ops.count("mm.default") == 1
     assert "expand.default" not in ops          # no broadcast is materialised any more
+    # the weight's blocks are laid side by side by a copy (a kernel's), then viewed: no
+    # reshape of a permute, which torch would copy at every call
+    nodes = {n.name: n for n in new.ops}
+    for n in new.ops:
+        if n.op == "reshape.default" and isinstance(n.args[0], Ref):
+            assert nodes.get(n.args[0].name) is None or \
+                nodes[n.args[0].name].op != "permute.default", n
+    assert "clone.default" in ops
     _close(g, new)
 
 
