@@ -163,6 +163,8 @@ def compile_graph(req: Request) -> Compiled:
     the graph falls back to torch)."""
     req.dump = dumper(req.name, req.strategy, req.target)   # None: no debug folder
     req.fuel = config.fuel()
+    if req.execute:
+        req.target.prepare()
     outputs: dict[str, Any] = {}
     seconds: dict[str, float] = {}
     out = None

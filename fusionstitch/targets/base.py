@@ -133,6 +133,10 @@ class Target:
         """The source this target prints for `kernel`, compiling nothing."""
         raise NotImplementedError(f"target {self.name!r} prints no kernel source")
 
+    def prepare(self) -> None:
+        """Called when a graph starts compiling for this target to run: start any
+        one-time set-up that can overlap planning (none by default)."""
+
     def build(self, kernels: list) -> list[Any]:
         """A callable per kernel (compiled and loaded); raises KernelBuildError."""
         raise NotImplementedError(f"target {self.name!r} builds no kernels")

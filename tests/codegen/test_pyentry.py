@@ -158,3 +158,16 @@ def test_a_large_kernel_releases_the_gil_and_computes_the_same(fresh):
         assert torch.equal(out, -a)
     [step] = prog.kernel_steps.values()
     assert step.run.direct[1][1] & pyentry.FLAG_RELEASE
+
+
+def test_warm_builds_the_entries_in_a_thread(fresh):
+    """`warm()` starts the first build beside the kernels' compile; `entries()` then
+    waits for it and returns the same pair."""
+    pyentry.warm()
+    got = pyentry.entries()
+    assert got is not None and pyentry.entries() is got
+    pyentry.warm()                  # built: nothing more to do
+    fresh.setenv("FUSIONSTITCH_PYENTRY", "0")
+    pyentry.reset()
+    pyentry.warm()
+    assert pyentry.entries() is None

@@ -19,6 +19,10 @@ class CppTarget(Target):
         from .printer import cpp_source
         return cpp_source(kernel)
 
+    def prepare(self) -> None:
+        from .pyentry import warm
+        warm()      # the launch entry points' first build, beside planning
+
     def build(self, kernels: list) -> list:
         from .printer import compile_cpu
         return compile_cpu(kernels)

@@ -66,6 +66,7 @@ FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17",
 
 _LOCK = threading.Lock()
 _LOADED: dict[tuple, ctypes.CDLL] = {}        # (digest, loader) -> library (this process)
+_BUILDING: dict[str, threading.Lock] = {}     # digest -> the lock of its build
 _TOOLCHAIN: dict[str, tuple[str, str] | str] = {}  # compiler command -> (version, arch) or error
 
 
@@ -183,7 +184,11 @@ def load_library(n_kernels: int, source: str, libs: tuple[str, ...] = (), includ
     version, arch = toolchain(cxx)
     key = digest(source, " ".join(FLAGS + libs), version, arch,
                  *([include, sys.version] if include else []))
+    # one lock per library: two different libraries build at once (pyentry.warm's beside
+    # a graph's kernels), one library once
     with _LOCK:
+        lock = _BUILDING.setdefault(key, threading.Lock())
+    with lock:
         lib = _LOADED.get((key, loader))
         if lib is not None:
             counters.bump("cache_hits", n_kernels)

@@ -137,7 +137,7 @@ from collections.abc import Callable
 import torch
 
 from ...runtime.cache import digest
-from . import vecmath
+from . import pyentry, vecmath
 from ...codegen import expr as E
 from .build import (ERROR_ARG, FLAGS, CannotPrint, CompileFailed,  # noqa: F401
                         CompilerUnavailable, KernelBuildError, clear_memory_cache,
@@ -780,6 +780,7 @@ def compile_cpu(kernels: list[Kernel]) -> list[Callable[[list[torch.Tensor], lis
         symbols.append(sym)
     source = "\n".join([PREAMBLE, vecmath.declarations()]
                        + [src for _, src in unique.values()])
+    pyentry.warm()                # (its first build overlaps this one)
     lib = load_library(len(unique), source, vecmath.link_flags())
     funcs = {}
     for sym, (k, src) in unique.items():

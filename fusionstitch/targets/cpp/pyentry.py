@@ -212,6 +212,15 @@ def entries() -> tuple | None:
     return _ENTRIES[0]
 
 
+def warm() -> None:
+    """Build or load the entries in a thread of their own, when not done yet: the cpu
+    target calls this before it compiles a graph's kernels, so that the first build (0.5
+    s, most of it Python.h's headers) runs beside that g++ instead of after it."""
+    if _ENTRIES or not enabled():
+        return
+    threading.Thread(target=entries, name="fusionstitch-pyentry", daemon=True).start()
+
+
 def _load() -> tuple | None:
     from .build import KernelBuildError, load_library
     include = sysconfig.get_paths().get("include") or ""
