@@ -447,13 +447,29 @@ def _method_call(src: _Source, fn, args, kwargs, slot_type: type) -> str | None:
     return f"{src.expr(args[0], slot_type)}.{method}({', '.join(parts)})"
 
 
+def _bindings() -> dict:
+    """Library ops whose torch function is the same overload with the same arguments, in
+    the same order (keywords too): it reaches the op through an unboxed call, where the
+    operator object converts every argument to an IValue first (a 1x1 convolution: 5.0
+    against 8.7 us; mm 1.9 against 2.6 us)."""
+    aten = torch.ops.aten
+    pairs = (("convolution", "convolution"), ("mm", "mm"), ("addmm", "addmm"),
+             ("bmm", "bmm"), ("baddbmm", "baddbmm"))
+    return {getattr(aten, op).default: getattr(torch, fn) for op, fn in pairs
+            if hasattr(aten, op) and hasattr(torch, fn)}
+
+
+_BINDINGS = _bindings()
+
+
 def direct(fn: Callable) -> Callable:
-    """What the source calls for op `fn`: an aten OpOverload's own operator object, the
-    one `OpOverload.__call__` forwards to (`self._op(*args, **kwargs)`), so each op run
-    through torch costs one C call and no Python frame (a program runs tens per call);
-    anything else (a wrapper from `_conform`, a C function) as it is."""
+    """What the source calls for op `fn`: the torch function of `_BINDINGS`, else an aten
+    OpOverload's own operator object, the one `OpOverload.__call__` forwards to
+    (`self._op(*args, **kwargs)`), so each op run through torch costs one C call and no
+    Python frame (a program runs tens per call); anything else (a wrapper from
+    `_conform`, a C function) as it is."""
     if type(fn) is torch._ops.OpOverload:
-        return fn._op
+        return _BINDINGS.get(fn) or fn._op
     return fn
 
 

@@ -543,3 +543,25 @@ def test_a_dead_kernel_output_only_launches_read_gives_its_memory_to_a_later_one
     released = re.findall(r"^\s*(free\d+_\d+) = values\[\d+\]$", src, re.M)
     assert sorted(taken) == sorted(released), src       # no release left unused
     assert bool(taken) == (reuse == "1"), src
+
+
+def test_library_ops_with_a_torch_function_of_their_own_call_it_with_the_same_results():
+    """convolution, mm, addmm, bmm, baddbmm: the generated code calls torch's function
+    (an unboxed call; the operator object converts every argument first), which is the
+    same overload: the same numbers, bitwise, with keyword arguments too."""
+    from fusionstitch.runtime.wrapper import direct
+    aten = torch.ops.aten
+    x, w = torch.randn(2, 3, 5, 5), torch.randn(4, 3, 3, 3)
+    a, b, c = torch.randn(4, 6), torch.randn(6, 5), torch.randn(5)
+    A, B, C = torch.randn(2, 4, 6), torch.randn(2, 6, 5), torch.randn(2, 4, 5)
+    cases = [
+        (aten.convolution.default, (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), {}),
+        (aten.mm.default, (a, b), {}),
+        (aten.addmm.default, (c, a, b), {"beta": 0.5, "alpha": 2.0}),
+        (aten.bmm.default, (A, B), {}),
+        (aten.baddbmm.default, (C, A, B), {"beta": 2.0, "alpha": 0.5}),
+    ]
+    for op, args, kwargs in cases:
+        fn = direct(op)
+        assert fn is not op._op, op
+        assert torch.equal(fn(*args, **kwargs), op(*args, **kwargs)), op
