@@ -451,12 +451,15 @@ def _bindings() -> dict:
     """Library ops whose torch function is the same overload with the same arguments, in
     the same order (keywords too): it reaches the op through an unboxed call, where the
     operator object converts every argument to an IValue first (a 1x1 convolution: 5.0
-    against 8.7 us; mm 1.9 against 2.6 us)."""
+    against 8.7 us; mm 1.9 against 2.6 us; CPU attention 11.0 against 12.3 us; index_put
+    3.0 against 4.6 us)."""
     aten = torch.ops.aten
-    pairs = (("convolution", "convolution"), ("mm", "mm"), ("addmm", "addmm"),
-             ("bmm", "bmm"), ("baddbmm", "baddbmm"))
-    return {getattr(aten, op).default: getattr(torch, fn) for op, fn in pairs
-            if hasattr(aten, op) and hasattr(torch, fn)}
+    pairs = [(op, torch) for op in (
+        "convolution", "mm", "addmm", "bmm", "baddbmm", "index_put", "embedding",
+        "_scaled_dot_product_flash_attention_for_cpu")]
+    pairs.append(("max_pool2d_with_indices", torch._C._nn))
+    return {getattr(aten, op).default: getattr(module, op) for op, module in pairs
+            if hasattr(aten, op) and hasattr(module, op)}
 
 
 _BINDINGS = _bindings()
