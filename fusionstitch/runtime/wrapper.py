@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import math
 import operator
-import re
 from typing import Any, Callable
 
 import torch
@@ -74,8 +73,10 @@ class _Source:
         self.reusable: frozenset = frozenset()
         self.owned: dict[int, tuple] = {}
         self.free: dict[tuple, list[str]] = {}
+        self.released: dict[str, int] = {}     # local -> the line that holds it
+        self.taken: set[str] = set()            # locals a later output took
 
-    def allocate(self, slot: int, shape, dt, device) -> str:
+    def allocate(self, slot: int, shape, dt, device, dev_name: str) -> str:
         """Source of a new output for `slot`: the memory of a dead value of the same
         shape and dtype (`reusable` ones: no alias of it can be alive), as Inductor's
         wrapper reuses buffers, else a new tensor (0.4-1 us)."""
@@ -84,23 +85,24 @@ class _Source:
         if slot in self.reusable:
             self.owned[slot] = key
         if free:
-            return free.pop()
-        return _empty(self, shape, dt, device, self.name("DEV", device))
+            var = free.pop()
+            self.taken.add(var)
+            return var
+        return _empty(self, shape, dt, device, dev_name)
 
     def release(self, slot: int) -> None:
         """`slot` is dead: its memory, if it is ours alone, serves a later output."""
         key = self.owned.pop(slot, None)
         if key is not None:
             var = f"free{len(self.names)}_{slot}"
+            self.released[var] = len(self.lines)
             self.emit(f"{var} = values[{slot}]")
             self.free.setdefault(key, []).append(var)
 
     def unused_releases(self) -> None:
         """Drop the releases no later output took: their memory goes when they die."""
-        taken = {v for line in self.lines for v in re.findall(r"= (free\d+_\d+)$", line)}
-        self.lines = [line for line in self.lines
-                      if not (m := re.match(r"\s*(free\d+_\d+) = values", line))
-                      or m.group(1) in taken]
+        unused = {at for var, at in self.released.items() if var not in self.taken}
+        self.lines = [line for k, line in enumerate(self.lines) if k not in unused]
 
     def argument(self, var: str, slot: int, element) -> None:
         """`var` holds a launch's input `slot` (`element`): note how to make its view."""
@@ -538,7 +540,8 @@ def _chain_buffers(src: _Source, step, j: int, layouts: dict) -> list[str]:
         args.append(f"a{j}_{k}")
     device = src.name("DEV", step.device)
     for k, ((slot, _, shape, _), dt) in enumerate(zip(step.outputs, step.torch_dtype)):
-        src.emit(f"o{j}_{k} = values[{slot}] = {src.allocate(slot, shape, dt, step.device)}")
+        src.emit(f"o{j}_{k} = values[{slot}] = "
+                 f"{src.allocate(slot, shape, dt, step.device, device)}")
         args.append(f"o{j}_{k}")
     for k, (shape, dt) in enumerate(step.scratch):
         src.emit(f"s{j}_{k} = {_empty(src, shape, dt, step.device, device)}")
@@ -635,7 +638,7 @@ def _launch(src: _Source, step, layouts: dict) -> None:
         elif step.into:     # (two branches: no memory taken from the dead in one alone)
             src.emit(f"{pad}o{k} = {_empty(src, shape, dt, step.device, device)}")
         else:
-            src.emit(f"{pad}o{k} = {src.allocate(slot, shape, dt, step.device)}")
+            src.emit(f"{pad}o{k} = {src.allocate(slot, shape, dt, step.device, device)}")
         outs.append(f"o{k}")
     scratch = []
     for k, (shape, dt) in enumerate(step.scratch):

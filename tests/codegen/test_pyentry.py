@@ -24,6 +24,19 @@ _GRAPH = """graph g(%a: f32[4,8], %b: f32[8], %i: i64[4,1]) {
 }"""
 
 
+def _program(text: str) -> Program:
+    """A static cpu program of the graph `text` (stitch plan)."""
+    return Program(make_plan(parse(text), "stitch", "cpu"), torch.device("cpu"), "cpu",
+                   static=True)
+
+
+def _negation(shape: str) -> Program:
+    return _program(f"""graph g(%a: f32[{shape}]) {{
+  %e: f32[{shape}] = neg.default(%a)
+  return (%e)
+}}""")
+
+
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
     monkeypatch.setenv("FUSIONSTITCH_CACHE_DIR", str(tmp_path))
@@ -35,8 +48,7 @@ def fresh(monkeypatch, tmp_path):
 def _run(setting: str, monkeypatch, args):
     monkeypatch.setenv("FUSIONSTITCH_PYENTRY", setting)
     pyentry.reset()
-    prog = Program(make_plan(parse(_GRAPH), "stitch", "cpu"), torch.device("cpu"), "cpu",
-                   static=True)
+    prog = _program(_GRAPH)
     out = [prog(list(args)) for _ in range(3)]      # the interpreter, then generated code
     return prog, out
 
@@ -74,11 +86,7 @@ def test_launch_refuses_what_is_not_a_tensor_or_an_int(fresh):
 
 def test_launch_writes_through_a_kernel_of_a_library(fresh):
     """A kernel called through `launch` directly (what generated code does)."""
-    g = parse("""graph g(%a: f32[3,5]) {
-  %e: f32[3,5] = neg.default(%a)
-  return (%e)
-}""")
-    prog = Program(make_plan(g, "stitch", "cpu"), torch.device("cpu"), "cpu", static=True)
+    prog = _negation("3,5")
     a = torch.randn(3, 5)
     [out] = prog([a])
     [step] = prog.kernel_steps.values()
@@ -89,12 +97,11 @@ def test_launch_writes_through_a_kernel_of_a_library(fresh):
 
 
 def _kernel_source(shape: str) -> str:
-    g = parse(f"""graph g(%a: f32[{shape}]) {{
+    prog = _program(f"""graph g(%a: f32[{shape}]) {{
   %e: f32[{shape}] = exp.default(%a)
   %s: f32[{shape.split(',')[0]}] = sum.dim_IntList(%e, [1])
   return (%e, %s)
 }}""")
-    prog = Program(make_plan(g, "stitch", "cpu"), torch.device("cpu"), "cpu", static=True)
     return "\n".join(cpp_source(s.kernel) for s in prog.kernel_steps.values())
 
 
@@ -131,11 +138,7 @@ def test_without_torchs_data_pointer_function_the_method_serves(fresh):
     fresh.setattr(pyentry, "_torch_data_ptr", lambda: None)
     pyentry.reset()
     launch, _ = pyentry.entries()
-    g = parse("""graph g(%a: f32[3,5]) {
-  %e: f32[3,5] = neg.default(%a)
-  return (%e)
-}""")
-    prog = Program(make_plan(g, "stitch", "cpu"), torch.device("cpu"), "cpu", static=True)
+    prog = _negation("3,5")
     base = torch.randn(4, 5)
     a = base[1:]                    # a view at an offset: its pointer is past the base's
     for _ in range(3):
@@ -147,11 +150,7 @@ def test_without_torchs_data_pointer_function_the_method_serves(fresh):
 
 def test_a_large_kernel_releases_the_gil_and_computes_the_same(fresh):
     """Kernels of 32768 elements or more release the GIL while they run (as ctypes did)."""
-    g = parse("""graph g(%a: f32[256,256]) {
-  %e: f32[256,256] = neg.default(%a)
-  return (%e)
-}""")
-    prog = Program(make_plan(g, "stitch", "cpu"), torch.device("cpu"), "cpu", static=True)
+    prog = _negation("256,256")
     a = torch.randn(256, 256)
     for _ in range(3):
         [out] = prog([a])

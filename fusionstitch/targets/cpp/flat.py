@@ -3,11 +3,14 @@ over x, unsplit or in rows (x = xo * xinner + xi, see cpu.py's docstring), and t
 thresholds that decide it.
 
     PARALLEL_GRAIN      work below which a component runs serially (reductions too)
+    serial_pragma(t)    what a thread-team pragma becomes in a component statically
+                        below it (printed with no OpenMP region at all)
     simd_safe(body, v)  whether a loop over v may run as SIMD lanes (reductions too)
 """
 from __future__ import annotations
 
 import contextlib
+import re
 
 from ...codegen import expr as E
 from .index import digit_sizes, lowering_value, split_rows
@@ -36,6 +39,19 @@ COSTLY_OPS = frozenset(("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "
                         "tanh", "erf", "sigmoid", "pow", "atan", "atan2", "asin", "acos",
                         "sinh", "cosh", "asinh", "acosh", "atanh", "erfinv", "lgamma"))
 
+
+# the pragmas that start or share out a team of threads
+OMP_THREADS = ("#pragma omp parallel", "#pragma omp for")
+
+
+def serial_pragma(text: str) -> str | None:
+    """What a thread-team pragma becomes in a component that runs on one thread: a
+    `parallel for simd` loop keeps its `simd` and reductions (the same vector code and
+    sums as before, where one thread ran it), any other goes (its region is a block)."""
+    if not text.startswith("#pragma omp parallel for simd"):
+        return None
+    return "#pragma omp simd" + "".join(
+        " " + m for m in re.findall(r"reduction\([^)]*\)", text))
 
 def digits_of(e: E.Expr, var: str) -> set[E.Expr]:
     """The digits of loop variable `var` over two or more sizes in `e` (each one a

@@ -163,8 +163,8 @@ from ...codegen.kernel import (
     constant_syms,
 )
 # the flat loops' thresholds, named here too (cpu.ROW_BLOCK)
-from .flat import (COSTLY_OPS, MIN_COSTLY_ROW, MIN_ROW, PARALLEL_GRAIN,  # noqa: F401
-                       ROW_BLOCK, FlatLoops)
+from .flat import (COSTLY_OPS, MIN_COSTLY_ROW, MIN_ROW, OMP_THREADS,  # noqa: F401
+                   PARALLEL_GRAIN, ROW_BLOCK, FlatLoops, serial_pragma)
 from .reduce import COLUMN_BLOCK, ReduceLoops
 from .rowbuf import RowPlan
 
@@ -334,7 +334,7 @@ class _Printer(FlatLoops, ReduceLoops):
 
     # -- helpers
     def emit(self, depth: int, text: str) -> None:
-        if self.serial and text.startswith(_OMP_THREADS):
+        if self.serial and text.startswith(OMP_THREADS):
             text = serial_pragma(text)
             if text is None:
                 return
@@ -726,20 +726,6 @@ class _Printer(FlatLoops, ReduceLoops):
     def need_float(self, op: str, dt: str) -> None:
         if dt not in FLOATS:
             raise CannotPrint(f"cpu backend: {op} computes in floats, not {dt}")
-
-
-# the pragmas that start or share out a team of threads
-_OMP_THREADS = ("#pragma omp parallel", "#pragma omp for")
-
-
-def serial_pragma(text: str) -> str | None:
-    """What a thread-team pragma becomes in a component that runs on one thread: a
-    `parallel for simd` loop keeps its `simd` and reductions (the same vector code and
-    sums as before, where one thread ran it), any other goes (its region is a block)."""
-    if not text.startswith("#pragma omp parallel for simd"):
-        return None
-    return "#pragma omp simd" + "".join(
-        " " + m for m in re.findall(r"reduction\([^)]*\)", text))
 
 
 def _function_name(kernel: Kernel) -> str:

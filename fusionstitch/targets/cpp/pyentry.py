@@ -121,9 +121,9 @@ PyObject* launch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     for (Py_ssize_t i = 2; i < nargs; ++i)
         if (!value(args[i], &a[n++])) return nullptr;
     int64_t err = 0;
-    if (flags & 1) a[n++] = reinterpret_cast<int64_t>(&err);
+    if (flags & FS_FLAG_ERRORS) a[n++] = reinterpret_cast<int64_t>(&err);
     auto fn = reinterpret_cast<void (*)(const int64_t*)>(f);
-    if (flags & 2) {
+    if (flags & FS_FLAG_RELEASE) {
         Py_BEGIN_ALLOW_THREADS
         fn(a);
         Py_END_ALLOW_THREADS
@@ -182,7 +182,8 @@ extern "C" PyObject* fs_entry_functions(void* data, PyObject* type) {
     }
     return Py_BuildValue("(NN)", a, b);
 }
-""".replace("FS_MAX_ARGS", str(MAX_ARGS))
+""".replace("FS_MAX_ARGS", str(MAX_ARGS)).replace("FS_FLAG_ERRORS", str(FLAG_ERRORS)) \
+    .replace("FS_FLAG_RELEASE", str(FLAG_RELEASE))
 
 _LOCK = threading.Lock()
 _ENTRIES: list = []          # [] not tried yet, [None] unavailable, [(launch, chain)]
