@@ -12,6 +12,11 @@ lowering of bmm makes the same rewrite).
 
 Only f32 and f64: in a half type `mul` rounds each product before the sum,
 while the GEMM accumulates unrounded products, so the numbers would differ.
+
+A product over one term (K == 1: `bmm(g[B,M,1], v[B,1,N])`, the backward of a
+matrix-vector product) is an outer product, a broadcast `mul` alone: each element is
+one product rounded once, as the GEMM rounds it, in every float type (a product of two
+halves is exact in fp32).
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from ..ir.graph import Graph, Node, Ref, TensorType, fresh_name
 
 MATMULS = frozenset({"bmm.default", "mm.default"})
 FLOAT_TYPES = frozenset({"f32", "f64"})
+OUTER_TYPES = FLOAT_TYPES | {"f16", "bf16"}
 
 
 def _vector_product(n: Node, types: dict[str, TensorType]) -> bool:
@@ -30,14 +36,17 @@ def _vector_product(n: Node, types: dict[str, TensorType]) -> bool:
     if not isinstance(a, TensorType) or not isinstance(b, TensorType) \
             or not isinstance(n.type, TensorType):
         return False
-    if {a.dtype, b.dtype, n.type.dtype} - FLOAT_TYPES or len({a.dtype, b.dtype}) != 1:
+    if len({a.dtype, b.dtype, n.type.dtype}) != 1 or n.type.numel == 0:
         return False
+    if a.shape[-1] == 1:
+        return a.dtype in OUTER_TYPES
     m, n_cols = a.shape[-2], b.shape[-1]
-    return (m == 1 or n_cols == 1) and n.type.numel > 0
+    return a.dtype in FLOAT_TYPES and (m == 1 or n_cols == 1)
 
 
 def decompose_matvec(g: Graph) -> Graph:
-    """Rewrite each f32/f64 mm/bmm with M == 1 or N == 1 as mul + sum (the sum keeps the name)."""
+    """Rewrite each f32/f64 mm/bmm with M == 1 or N == 1 as mul + sum (the sum keeps the
+    name), and each with K == 1 as a mul (of any float type)."""
     types = {n.name: n.type for n in g.nodes}
     if not any(_vector_product(n, types) for n in g.nodes):
         return g
@@ -53,6 +62,10 @@ def decompose_matvec(g: Graph) -> Graph:
         swap = tuple(range(rank - 2)) + (rank - 1, rank - 2)
         lead = ta.shape[:-2]
         m, k, cols = ta.shape[-2], ta.shape[-1], tb.shape[-1]
+        if k == 1:
+            # out[.., i, j] = a[.., i, 0] * b[.., 0, j]: a column times a row
+            nodes.append(Node(n.name, "mul.Tensor", (a, b), type=n.type))
+            continue
         if cols == 1:
             # out[.., i, 0] = sum_j a[.., i, j] * b[.., j, 0]: b's column as a row
             vec = Node(fresh_name(f"{n.name}_vec", taken), "permute.default", (b, swap),

@@ -14,6 +14,14 @@ def _ops(g):
     return [n.op for n in g.ops]
 
 
+def _product_then_neg(a_shape, b_shape, dtype):
+    """(graph, the product's node): neg(bmm or mm of two parameters)."""
+    b = GraphBuilder()
+    x, y = b.param(a_shape, dtype), b.param(b_shape, dtype)
+    out = b.op("bmm.default" if len(a_shape) == 3 else "mm.default", x, y)
+    return b.build(b.op("neg.default", out)), out
+
+
 def _close(before, after, dtype=torch.float32):
     for seed in (0, 1):
         xs = random_inputs(before, seed)
@@ -31,15 +39,29 @@ def _close(before, after, dtype=torch.float32):
 ])
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
 def test_vector_products_become_mul_and_sum(a_shape, b_shape, dtype):
-    b = GraphBuilder()
-    x, y = b.param(a_shape, dtype), b.param(b_shape, dtype)
-    op = "bmm.default" if len(a_shape) == 3 else "mm.default"
-    out = b.op(op, x, y)
-    g = b.build(b.op("neg.default", out))
+    g, out = _product_then_neg(a_shape, b_shape, dtype)
     new = decompose_matvec(g)
     assert _ops(new) == ["permute.default", "mul.Tensor", "sum.dim_IntList", "neg.default"]
     assert new[out.name].type == g[out.name].type     # the sum keeps the product's name
     _close(g, new)
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((4, 5, 1), (4, 1, 7)),      # bmm over one term: the backward of a matrix-vector product
+    ((5, 1), (1, 7)),            # mm
+    ((4, 1, 1), (4, 1, 7)),
+])
+@pytest.mark.parametrize("dtype", ["f32", "f64", "f16", "bf16"])
+def test_outer_products_become_a_mul(a_shape, b_shape, dtype):
+    # one product per element, rounded once either way: bitwise equal in every float type
+    g, out = _product_then_neg(a_shape, b_shape, dtype)
+    new = decompose_matvec(g)
+    assert _ops(new) == ["mul.Tensor", "neg.default"]
+    assert new[out.name].type == g[out.name].type
+    for seed in (0, 1):
+        xs = random_inputs(g, seed)
+        for p, q in zip(run_graph(g, xs), run_graph(new, xs), strict=True):
+            assert p.dtype == q.dtype and torch.equal(p, q)
 
 
 @pytest.mark.parametrize("a_shape, b_shape, dtype", [
