@@ -30,6 +30,10 @@ interpreter, `targets/cpp/printer.py` for C++). A Kernel is a small readable val
                      per batch entry, in global memory: the paper's `S`) and those
                      stages read them back by index. Values read only pointwise are
                      recomputed where read instead (size shrinking).
+      kind "scatter" (codegen/scatter.py) for x in [0, xnumel) in order, one thread:
+                     `body` stores at positions read from data (which may repeat),
+                     adding where `Store.accumulate`; it runs after the components
+                     before it (whose copy it updates), never beside them
       kind "dot"     (a stage only) C[x, y] = sum over r of lhs(x, r) * rhs(r, y): a
                      GEMM tile with x < xnumel (m), y < ynumel (n), r < rnumel (k), for
                      each z < znumel (the GEMM entries of one program, when a program
@@ -150,6 +154,9 @@ class Store:
     index: Expr
     value: str                 # a variable of the buffer's dtype
     mask: str | None
+    # adds the value to the element (scatter components only: positions read from data
+    # may repeat, and each store sees the sums of the earlier ones)
+    accumulate: bool = False
 
 
 @dataclass(frozen=True)
@@ -241,7 +248,8 @@ def stmt_text(s: Stmt) -> str:
         return f"{s.var}: {s.dtype} = {s.op}({', '.join(s.args)})"
     if isinstance(s, Store):
         m = f", mask={s.mask}" if s.mask else ""
-        return f"store {s.buffer}[{to_source(s.index)}] = {s.value}{m}"
+        op = "+=" if s.accumulate else "="
+        return f"store {s.buffer}[{to_source(s.index)}] {op} {s.value}{m}"
     if isinstance(s, Reduce):
         return f"{s.var}: {s.dtype} = reduce_{s.kind}({s.value}) over r"
     if isinstance(s, Dot):
@@ -318,6 +326,8 @@ def template(k: Kernel, persistent: Callable[[Component], bool] | None = None) -
     for c in k.components:
         if c.kind == "flat":
             parts.append(f"grid x<{to_source(c.xnumel)}")
+        elif c.kind == "scatter":
+            parts.append(f"serial x<{to_source(c.xnumel)} scatter")
         elif c.kind == "batch":
             stages = []
             for st in c.stages:

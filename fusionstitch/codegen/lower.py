@@ -585,6 +585,11 @@ def lower_group(graph: Graph, names, kernel_name: str,
 def _lower_group(graph: Graph, names, kernel_name: str, schedule: Schedule | None) -> Kernel:
     names = list(names)
     _check_dtypes(graph, names)
+    from .scatter import SCATTER_KERNEL_OPS, lower_scatter
+    if any(graph[n].op in SCATTER_KERNEL_OPS for n in names):
+        if len(names) > 1:
+            raise Unsupported("a scatter (data-dependent positions) is a kernel of its own")
+        return lower_scatter(graph, names[0], kernel_name)
     if schedule is None:
         try:
             schedule = group_schedule(graph, names)

@@ -444,16 +444,35 @@ def _advanced_index(L: Lowerer, node, idx):
     b = bind(node)
     src = L.graph[b["self"].name].type.shape
     indices = list(b["indices"])
-    refs = [(d, v) for d, v in enumerate(indices) if v is not None]
-    if any(not isinstance(v, Ref) for _, v in refs):
+    if any(v is not None and not isinstance(v, Ref) for v in indices):
         raise Unsupported(f"{node.op} with a literal index")
-    types = [L.graph[v.name].type for _, v in refs]
-    if any(t.dtype in ("b8", "u8") for t in types):
+    if any(L.graph[v.name].type.dtype in ("b8", "u8") for v in indices if v is not None):
         raise Unsupported(f"{node.op} with a boolean mask (a data-dependent shape)")
-    bshape = tuple(torch.broadcast_shapes(*(t.shape for t in types)))
+    return b["self"].name, None, advanced_position(
+        L, node.op, src, indices, idx, node.op != "_unsafe_index.Tensor")
+
+
+def _index_layout(graph, indices):
+    """(indexed dims, their broadcast shape B, where B's dims sit in x[indices])."""
+    refs = [(d, v) for d, v in enumerate(indices) if v is not None]
+    bshape = tuple(torch.broadcast_shapes(*(graph[v.name].type.shape for _, v in refs)))
     dims = [d for d, _ in refs]
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
-    at = dims[0] if adjacent else 0        # where B's dims sit in the output
+    return dims, bshape, dims[0] if adjacent else 0
+
+
+def indexed_shape(graph, src, indices) -> tuple:
+    """The shape of x[indices] for x of shape `src` (integer index tensors, numpy's rules)."""
+    dims, bshape, at = _index_layout(graph, indices)
+    rest = [n for d, n in enumerate(src) if d not in dims]
+    return tuple(rest[:at]) + bshape + tuple(rest[at:])
+
+
+def advanced_position(L: Lowerer, op: str, src, indices, idx, checked: bool = True):
+    """The position in x (shape `src`) of point `idx` of x[indices]: index tensors read
+    there, a negative index counted from the end; `checked`: each must then lie in its dim
+    (else the kernel raises IndexError, naming `op`)."""
+    dims, bshape, at = _index_layout(L.graph, indices)
     bidx = tuple(idx[at:at + len(bshape)])
     rest = iter(tuple(idx[:at]) + tuple(idx[at + len(bshape):]))
     res = []
@@ -461,16 +480,17 @@ def _advanced_index(L: Lowerer, node, idx):
         if d not in dims:
             res.append(next(rest))
             continue
-        v, t = dict(refs)[d], types[dims.index(d)]
+        v = indices[d]
+        t = L.graph[v.name].type
         k = L.cast(L.value(v.name, broadcast_index(bidx, bshape, t.shape)), "i64")
         n = L.const(src[d], "i64")
         k = L.op("where", (L.op("lt", (k, L.const(0, "i64")), "b8"),
                            L.op("add", (k, n), "i64"), k), "i64")
-        if node.op != "_unsafe_index.Tensor":   # (its indices are computed in range)
-            k = L.checked_index(k, src[d], f"{node.op}: an index of dim {d} (a negative one "
+        if checked:   # (_unsafe_index's indices are computed in range)
+            k = L.checked_index(k, src[d], f"{op}: an index of dim {d} (a negative one "
                                            f"counted from the end)")
         res.append(E.Value(k))
-    return b["self"].name, None, tuple(res)
+    return tuple(res)
 
 
 def _split_item(L: Lowerer, src_node, i: int, idx):

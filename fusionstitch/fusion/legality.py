@@ -5,7 +5,8 @@ stage of a planning run that asks whether something may be fused asks it:
 
 - `op(name)`: can this op be part of a generated kernel on the target: it is an op
   (not an input), it has a lowering, draws no random numbers, scatters to no
-  data-dependent place, is no library call (small GEMMs excepted where the target
+  data-dependent place (a scatter with a kernel rule, codegen/scatter.py, may be a
+  kernel alone, never fused), is no library call (small GEMMs excepted where the target
   composes them) and no composite reduction (`fusible`), and the target's code
   generator has a rule for it;
 - `group(names)`: can these nodes be one kernel: every op can, no cycle (no path leaves
@@ -37,6 +38,7 @@ from functools import cached_property
 from ..analysis.reach import Reachability
 from ..codegen.lower import Unsupported, lower_group
 from ..codegen.lowerings import SUPPORTED_OPS
+from ..codegen.scatter import SCATTER_KERNEL_OPS
 from ..config import elide_half_casts
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Node
 from ..ir.ops import (FUSIBLE_DOTS, SCATTER_OPS, SIMPLE_REDUCTIONS, Category, lookup,
@@ -125,7 +127,8 @@ class Legality:
         if d is None:
             node = self.graph[name]
             d = fusible(self.graph, node, batched_gemms=self.gemms)
-            if d and self.lowering and node.op not in SUPPORTED_OPS:
+            if d and self.lowering and node.op not in SUPPORTED_OPS \
+                    and node.op not in SCATTER_KERNEL_OPS:
                 d = Decision.forbid(f"the {self.target} code generator has no code "
                                     f"generation rule for {node.op}", "op")
             self._ops[name] = d
@@ -171,6 +174,11 @@ class Legality:
         outside = next((n for n in names if n not in fusible_), None)
         if outside is not None:
             return self.op(outside)
+        if len(key) > 1:
+            alone = next((n for n in names if self.graph[n].op in SCATTER_KERNEL_OPS), None)
+            if alone is not None:
+                return Decision.forbid(f"%{alone} ({self.graph[alone].op}) scatters to "
+                                       "data-dependent positions: a kernel of its own", "op")
         if not acyclic and self.reach.creates_cycle(list(names)):
             return CYCLE
         if self.by_structure:
@@ -223,7 +231,8 @@ def fusible(graph: Graph, node: Node, *, batched_gemms: bool = False) -> Decisio
     if d.random:
         return Decision.forbid(f"{node.op} draws random numbers; it runs through torch to "
                                "keep eager's RNG stream", "op")
-    if node.op in SCATTER_OPS and not one_write_scatter(graph, node):
+    if node.op in SCATTER_OPS and not one_write_scatter(graph, node) \
+            and node.op not in SCATTER_KERNEL_OPS:   # (those: kernels of their own)
         return Decision.forbid(f"{node.op} scatters to data-dependent positions", "op")
     if d.category == Category.DOT:
         if batched_gemms and node.op in FUSIBLE_DOTS and small_gemm(graph, node):

@@ -611,14 +611,16 @@ def fallback_reasons(plan: FusionPlan, target: str | Target) -> list[str]:
     """Why each fallback library group of `plan` runs through torch, one line each."""
     out = [f"%{node.name} ({node.op}): not an op of fusionstitch's IR"
            for _, node in _outside_ir(plan)]
-    from ..codegen.lower import Unsupported
     target = resolve(target)
+    legality = None
     for _, node in _demoted(plan, target):
-        try:   # the op alone: does it lower (then legality left it to torch) or not?
-            target.lower(plan.graph, (node.name,))
-            why = "left to torch by code-generation legality"
-        except Unsupported as e:
-            why = str(e)
+        # the op alone: does this target make a kernel of it (then legality left it to
+        # torch) or not?
+        if legality is None:
+            from ..fusion.legality import Legality
+            legality = Legality(plan.graph, target)
+        d = legality.lowers((node.name,))
+        why = "left to torch by code-generation legality" if d else d.reason
         out.append(f"%{node.name} ({node.op}): no {target} kernel: {why}")
     return out
 

@@ -57,6 +57,9 @@ class Target:
     generates_kernels: bool = False
     gemm_fusing: bool = False
     row_buffers: bool = False
+    # scatter kernels (codegen/scatter.py: stores at data-dependent positions, in order)
+    # print here; elsewhere those ops run through torch
+    scatter_kernels: bool = False
     # limits: a fused kernel may recompute up to this factor of its parts' own ops
     # (XLA's code-duplication rule; None: no limit)
     max_recompute: float | None = None
@@ -106,9 +109,12 @@ class Target:
                 return (f"%{dot} ({graph[dot].op}): the {self.name} code generator has no "
                         "GEMM stages (block composition); GEMMs are library calls there")
         try:
-            (lower or self.lower)(graph, nodes)
+            kernel = (lower or self.lower)(graph, nodes)
         except Unsupported as e:
             return str(e)
+        if not self.scatter_kernels and any(c.kind == "scatter" for c in kernel.components):
+            return (f"the {self.name} code generator has no stores at data-dependent "
+                    "positions (scatter kernels)")
         return ""
 
     def lower(self, graph, nodes, schedule=None):

@@ -11,13 +11,14 @@ OPS = parse("""graph ops(%x: f32[4,8], %idx: i64[4,8], %w: f32[8,3]) {
   %mm: f32[4,3] = mm.default(%x, %w)
   %rnd: f32[4,8] = rand_like.default(%x)
   %fft: c64[4,5] = _fft_r2c.default(%x, [1], 0, True)
-  %sc: f32[4,8] = scatter_add.default(%x, 1, %idx, %x)
+  %sc: f32[4,8] = scatter.src(%x, 1, %idx, %x)
   %x4: f32[1,1,4,8] = view.default(%x, [1, 1, 4, 8])
   %k: f32[1,1,1,1] = full.default([1, 1, 1, 1], 1.0, dtype=torch.float32)
   %conv: f32[1,1,4,8] = convolution.default(%x4, %k, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
   %sm: f32[4,8] = _softmax.default(%x, 1, False)
   %e: f32[4,8] = exp.default(%x)
-  return (%mm, %rnd, %fft, %sc, %conv, %sm, %e)
+  %sa: f32[4,8] = scatter_add.default(%x, 1, %idx, %e)
+  return (%mm, %rnd, %fft, %sc, %sa, %conv, %sm, %e)
 }""")
 
 
@@ -35,7 +36,7 @@ def test_decision_is_truthy_only_when_allowed():
     ("mm", "mm.default", "library"),
     ("rnd", "rand_like.default", "random"),
     ("fft", "_fft_r2c.default", "torch"),
-    ("sc", "scatter_add.default", "scatter"),
+    ("sc", "scatter.src", "scatter"),      # with repeated positions: no kernel rule
     ("conv", "convolution.default", "library"),
     ("sm", "_softmax.default", "composite"),
 ])
@@ -43,6 +44,16 @@ def test_forbidden_ops_name_the_op(name, op, word):
     d = Legality(OPS).op(name)
     assert not d and d.rule == "op"
     assert op in d.reason and word in d.reason
+
+
+def test_a_scatter_with_a_kernel_rule_is_a_kernel_of_its_own():
+    leg = Legality(OPS, "cpu")
+    assert leg.op("sa") and leg.lowers(["sa"])
+    d = leg.group(["e", "sa"])
+    assert not d and d.rule == "op" and "kernel of its own" in d.reason
+    # a target without scatter stores refuses it, naming the reason
+    d = Legality(OPS, "interpret").lowers(["sa"])
+    assert not d and "data-dependent positions" in d.reason
 
 
 def test_inputs_are_not_ops():

@@ -41,6 +41,7 @@ class CppTarget(Target):
 # calls, so the plan the planner picks is the plan that runs. Convolutions run
 # channels-last (oneDNN's faster layout; resnet_infer's six: 773 -> 640 us, one thread).
 CPU = CppTarget("cpu", cost_device=DEVICES["ci-epyc-2core"], device_type="cpu", auto=True,
-                tunable=True, generates_kernels=True, row_buffers=True, max_recompute=3.0,
+                tunable=True, generates_kernels=True, row_buffers=True, scatter_kernels=True,
+                max_recompute=3.0,
                 conv_layout="channels_last",
                 language=Language("C++", "cpp", "//"))

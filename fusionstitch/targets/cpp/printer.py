@@ -451,6 +451,9 @@ class _Printer(FlatLoops, ReduceLoops):
     def component(self, i: int, c: Component) -> None:
         env0: dict[str, str] = {}
         xn = self.index(c.xnumel, env0)
+        if c.kind == "scatter":
+            self.scatter_component(i, c, xn)
+            return
         # sizes known here (static) too small for any parallel region: no OpenMP call at
         # all (a region whose `if` is false still costs 0.3 us to enter and leave)
         work = E.evaluate(c.xnumel, lambda s: self.constants.get(s.name))
@@ -485,6 +488,51 @@ class _Printer(FlatLoops, ReduceLoops):
             self.plan_merges(c)
             self.component_loop(2, c)
         self.merges = {}
+        self.emit(1, "}")
+
+    def scatter_component(self, i: int, c: Component, xn: str) -> None:
+        """Stores at data-dependent positions (codegen/scatter.py): one thread, in order,
+        no vectors (two lanes may hit one element), after the components before it."""
+        self.emit(1, f"// component {i}: scatter, x < {xn}, in order on one thread")
+        self.emit(1, "{")
+        self.emit(2, f"const int64_t xnumel = {xn};")
+        rows = self.row_sizes(c)
+        if rows is None:
+            self.emit(2, "for (int64_t x = 0; x < xnumel; ++x) {")
+            self.stmts(3, c.body, {}, None)
+            self.emit(2, "}")
+            self.emit(1, "}")
+            return
+        # rows of the source (x = xo * xinner + xi, still in order): the positions read
+        # per row (an embedding's id) are read once per row, before the loop along it
+        last = self.index(rows[-1], {})
+        self.emit(2, f"const int64_t xinner = {last} > 0 ? {last} : 1;  // x = xo * xinner + xi")
+        self.emit(2, "for (int64_t xo = 0; xo * xinner < xnumel; ++xo) {")
+        self.emit(3, "const int64_t xi_end = xnumel - xo * xinner < xinner ? "
+                     "xnumel - xo * xinner : xinner;")
+        env: dict[str, str] = {}
+        self.rows = rows
+        moving = {"x", "xi"}
+        inner = []
+        for st in c.body:
+            if isinstance(st, (Load, Index)):
+                reads = E.free_vars(split_rows(self.form(st.index, isinstance(st, Load)), rows))
+            elif isinstance(st, Op):
+                reads = set(st.args)
+            else:
+                reads = set()
+            if isinstance(st, Store) or reads & moving:
+                moving.add(getattr(st, "var", None))
+                inner.append(st)
+            else:
+                self.stmt(3, st, env, None)
+        with self.hoisting(3, {"xo"}):
+            self.emit(3, "for (int64_t xi = 0; xi < xi_end; ++xi) {")
+            self.emit(4, "const int64_t x = xo * xinner + xi;")
+            self.stmts(4, inner, env, None)
+            self.emit(3, "}")
+        self.rows = None
+        self.emit(2, "}")
         self.emit(1, "}")
 
     def dense_conditions(self, c: Component) -> list[str]:
@@ -560,9 +608,20 @@ class _Printer(FlatLoops, ReduceLoops):
                 raise CannotPrint(f"cpu backend: unknown buffer {s.buffer!r}")
             v = self.var(s.value) if s.value not in ("xmask", "rmask") else "true"
             self.dtype_of(env, s.value)
+            ref = f"{self.buf(b.name)}[{self.index(s.index, env, access=True)}]"
+            if s.accumulate:   # a scatter's: the element's sum so far, plus v
+                if b.dtype in HALVES:
+                    v = f"fs::{b.dtype}_to_f32({ref}) + {v}"
+                elif b.dtype in INTS:      # wraps, as eager's integer sums do
+                    v = f"({ctype(b.dtype)})(({WIDE_UNSIGNED[b.dtype]}){ref} + " \
+                        f"({WIDE_UNSIGNED[b.dtype]}){v})"
+                elif b.dtype in FLOATS:
+                    v = f"{ref} + {v}"
+                else:
+                    raise CannotPrint(f"cpu backend: accumulating stores of {b.dtype}")
             if b.dtype in HALVES:
                 v = f"fs::f32_to_{b.dtype}({v})"
-            text = f"{self.buf(b.name)}[{self.index(s.index, env, access=True)}] = {v};"
+            text = f"{ref} = {v};"
             if s.mask:
                 text = f"if ({self.mask(s.mask, env)}) {text}"
             self.emit(depth, text)

@@ -229,6 +229,9 @@ class _Printer:
         if c.kind == "batch":
             self.batch(c, i, pid, depth)
             return
+        if c.kind == "scatter":   # the target refuses these kernels (scatter_kernels)
+            raise ValueError("triton target: no stores at data-dependent positions "
+                             "(scatter components)")
         xb = f"XBLOCK{i}"
         self.emit(f"xnumel = {self.expr(c.xnumel)}", depth)
         if c.kind == "flat":
