@@ -98,7 +98,9 @@ class KernelStep:
         # worked out once (an optimizer step: 0.1 ms of Python a call)
         self.static = False
         self._static_syms: tuple | list | None = None
-        self._static_into: tuple | None = None    # (storage pointers, outputs to write)
+        # the in-place choice: ((output, input slot), ...), and the slots among them the
+        # kernel does not read (see `fixed_into`)
+        self._static_into: tuple | None = None
 
     def __call__(self, values: list, pool: dict | None = None) -> None:
         ins = []
@@ -133,8 +135,12 @@ class KernelStep:
         return self._static_syms if self.static else None
 
     def fixed_into(self) -> tuple | None:
-        """(storage pointers of the inputs, ((output, input slot), ...)): the in-place
-        choice a static step remembered with the storages it was made for (None: none)."""
+        """(((output, input slot), ...), the input slots among them the kernel does not
+        read): the in-place choice a static step remembered (None: none). It holds for
+        any call whose inputs lie on storages of their own and whose unread slots lie on
+        none of theirs (`_choose_into` decides from nothing else: the sizes, strides and
+        dtypes are Dynamo's guards), wherever those storages are: the activations a
+        step reads are new memory at each call."""
         return self._static_into if self.static else None
 
     def _launch_symbolic(self, ins: list, values: list) -> None:
@@ -186,10 +192,12 @@ class KernelStep:
         ptrs = list(map(_storage_ptr, map(_untyped_storage, ins)))
         outs: list = [None] * len(self.outputs)
         memo = self._static_into
-        if memo is not None and memo[0] == ptrs:   # the same storages as when decided
-            for k, slot in memo[1]:
+        distinct = set(ptrs)
+        if memo is not None and len(distinct) == len(ptrs) and not any(
+                _storage_ptr(values[slot].untyped_storage()) in distinct for slot in memo[1]):
+            for k, slot in memo[0]:     # what `_choose_into` would choose again
                 outs[k] = values[slot]
-            written = len(memo[1])
+            written = len(memo[0])
         else:
             written = self._choose_into(values, ins, ptrs, outs)
         if written < len(outs):
@@ -201,10 +209,9 @@ class KernelStep:
 
     def _choose_into(self, values: list, ins: list, ptrs: list, outs: list) -> int:
         """Put into `outs` the inputs each output may be stored into; how many. A static
-        step whose inputs are all on storages of their own remembers the choice with those
-        storages: with the same ones (and the sizes and strides Dynamo guards), the same
-        choice (inputs sharing a storage are checked every call: where in it each lies
-        may differ)."""
+        step whose inputs are all on storages of their own remembers the choice
+        (`fixed_into`: it holds while they are; inputs sharing a storage are checked every
+        call: where in it each lies may differ)."""
         distinct = set(ptrs)
         owners = storages(ins) if len(distinct) != len(ptrs) else None
         written = 0
@@ -223,7 +230,9 @@ class KernelStep:
                 written += 1
                 chosen.append((k, slot))
         if self.static and owners is None:   # shared storages: offsets matter, not kept
-            self._static_into = (ptrs, tuple(chosen))
+            reads = {slot: read for _, slot, _, _, read in self._into_items}
+            self._static_into = (tuple(chosen),
+                                 frozenset(slot for _, slot in chosen if not reads[slot]))
         return written
 
     def _place(self, values: list, outs: list) -> None:

@@ -136,7 +136,8 @@ class _Source:
 def _inline(step) -> bool:
     """Whether the launch of `step` (a KernelStep) can be written out: static syms known,
     no tuple element among its outputs, and outputs stored into inputs only as the step
-    remembered them (checked per call: the same storages, else the step's own launch)."""
+    remembered them (checked per call: storages of their own, else the step's own
+    launch)."""
     return (step.static and not step.symbolic and step.fixed_syms() is not None
             and (not step.into or step.fixed_into() is not None)
             and all(element is None for _, element, _, _ in step.outputs))
@@ -620,12 +621,17 @@ def _launch(src: _Source, step, layouts: dict) -> None:
         src.emit(f"{a} = {_input(src, layouts, slot, element)}")
         src.argument(a, slot, element)
         args.append(a)
-    into = dict(step.fixed_into()[1]) if step.into else {}
+    into = dict(step.fixed_into()[0]) if step.into else {}
     pad = ""
     if step.into:
-        ptrs, chosen = step.fixed_into()
+        # the remembered choice while the inputs lie on storages of their own and the
+        # unread inputs it writes into on none of theirs (KernelStep.fixed_into)
+        chosen, unread = step.fixed_into()
         sp = src.name("SP", _storage_ptr)
-        src.emit(f"if [{''.join(f'{sp}({a}), ' for a in args)}] == {src.name('P', list(ptrs))}:")
+        src.emit(f"ptrs = {{{''.join(f'{sp}({a}), ' for a in args)}}}")
+        test = f"len(ptrs) == {len(args)}" + "".join(
+            f" and {sp}(values[{slot}]) not in ptrs" for slot in sorted(unread))
+        src.emit(f"if {test}:")
         pad = "    "
         if chosen:
             bump = counters.bumper({"inplace_writes": len(chosen)})

@@ -203,6 +203,35 @@ def test_in_place_writes_in_generated_code_follow_the_storages(tmp_path, monkeyp
     assert "else:" in prog.generated_source, "the remembered storages are checked per call"
 
 
+def test_a_launch_writing_in_place_beside_new_activations_stays_written_out(monkeypatch):
+    """A batch norm's training forward reads the convolution's result (new memory at each
+    call) and stores the running statistics into their buffers: the remembered in-place
+    choice holds for any storages of their own, so every call takes the written-out
+    launch (no KernelStep call), writes in place, and matches eager."""
+    from fusionstitch.runtime.launch import KernelStep
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    mods = [torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).train()
+            for _ in range(2)]
+    mods[1].load_state_dict(mods[0].state_dict())
+    comp = torch.compile(mods[0], backend=fusionstitch.backend(target="cpu"))
+    calls = []
+    real = KernelStep.__call__
+    monkeypatch.setattr(KernelStep, "__call__",
+                        lambda self, *a, **k: (calls.append(1), real(self, *a, **k))[1])
+    for i in range(4):
+        x = torch.randn(2, 3, 8, 8)
+        calls.clear()
+        fusionstitch.reset_stats()
+        with torch.no_grad():
+            torch.testing.assert_close(comp(x), mods[1](x), rtol=1e-5, atol=1e-5)
+        if i >= 1:
+            assert not calls, i
+            assert fusionstitch.stats()["inplace_writes"] >= 2
+    for name in ("running_mean", "running_var"):
+        torch.testing.assert_close(getattr(mods[0][1], name), getattr(mods[1][1], name))
+
+
 def test_ops_run_through_torch_are_called_without_a_python_frame():
     """The generated code calls an aten op's C operator object (what OpOverload.__call__
     forwards to), not the OpOverload, and views and getitem as torch's C functions: tens
