@@ -190,3 +190,15 @@ def test_cross_entropy_with_embedding_matches_eager_gradients():
     lin.zero_grad()
     step(ids, t).backward()
     torch.testing.assert_close(got, emb.weight.grad, rtol=1e-6, atol=1e-7)
+
+
+def test_symbolic_sizes_compile_once_and_match_eager():
+    fn = lambda x, i, v: torch.index_put(x, [i], v, True) + 1     # noqa: E731
+    c = torch.compile(fn, backend=fusionstitch.backend(target="cpu"), dynamic=True)
+    g = torch.Generator().manual_seed(3)
+    for n in (5, 9, 13):
+        x, v = _ints_as(torch.float32, (n, 3), g), _ints_as(torch.float32, (2 * n, 3), g)
+        i = torch.randint(-n, n, (2 * n,), generator=g)
+        assert torch.equal(c(x, i, v), fn(x, i, v))
+    s = fusionstitch.stats()
+    assert s["fallbacks"] == 0 and s["symbolic_programs"] >= 1, s
