@@ -643,17 +643,30 @@ def compile_kernels(lowered: LoweredPlan, target: Target, slot_of: dict[str, int
     lowered = [(g, lowered.kernels[g.id]) for g in plan.groups if g.kind == KERNEL]
     if not lowered:
         return {}
-    writes = {}
-    if mutated:
-        from .inplace import may_alias, plan_writes
-        writes = plan_writes(plan, {g.id: k for g, k in lowered}, list(mutated))
-        lowered = [(g, may_alias(k, [(pos, graph.params[p].name) for pos, p in writes[g.id]])
-                    if g.id in writes else k) for g, k in lowered]
+    from .inplace import may_alias, plan_dying_writes, plan_writes
+    by_id = {g.id: k for g, k in lowered}
+    writes = plan_writes(plan, by_id, list(mutated)) if mutated else {}
+    # outputs stored into inputs' memory: mutated parameters', and values the kernel
+    # reads for the last time (a static program's on the CPU alone: Dynamo guards its
+    # layouts; not measured on a GPU yet)
+    dying = plan_dying_writes(plan, by_id, writes) \
+        if sizes is None and device.type == "cpu" and inplace_enabled() else {}
+    into = {gid: [(pos, graph.params[p].name) for pos, p in pairs]
+            for gid, pairs in writes.items()}
+    for gid, pairs in dying.items():
+        into.setdefault(gid, []).extend(pairs)
+    lowered = [(g, may_alias(k, into[g.id]) if g.id in into else k) for g, k in lowered]
     runs = target.build([k for _, k in lowered])   # KernelBuildError: see Program
     arity = {n.name: len(n.type.elements) for n in graph.nodes if isinstance(n.type, TupleType)}
     steps = {g.id: KernelStep(k, run, slot_of, arity, device, sizes)
              for (g, k), run in zip(lowered, runs)}
-    param_slots = [slot_of[n.name] for n in graph.params]
-    for gid, pairs in writes.items():
-        steps[gid].write_into({pos: param_slots[p] for pos, p in pairs})
+    for gid, pairs in into.items():
+        steps[gid].write_into({pos: slot_of[name] for pos, name in pairs})
     return steps
+
+
+def inplace_enabled() -> bool:
+    """FUSIONSTITCH_INPLACE=0: no kernel output goes into the memory of a value it read
+    for the last time (the A/B of runtime/inplace.py's `plan_dying_writes`); mutated
+    inputs are still written in place."""
+    return config.env_flag_default("FUSIONSTITCH_INPLACE", True)

@@ -345,6 +345,12 @@ def _composed_views(program, slot_type: type) -> tuple[dict, frozenset, frozense
             read(kwargs, slot)
     for o in program.outputs:
         read(o, None)
+    # an input a launch stores an output into becomes that output: a tensor made where
+    # it stands (not only its source's pointer)
+    for kind, ops in program.steps:
+        if kind == "generated" and ops[0].into:
+            for slot in ops[0].into.values():
+                readers.setdefault(slot, set()).add(None)
     skipped = {s for s in layouts if not readers.get(s) and s not in launched}
     # a split whose every element read is a view made from its input is not run at all
     skipped.update(s for s in program.split_views
