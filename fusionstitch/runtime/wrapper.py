@@ -135,12 +135,23 @@ class _Source:
 
 def _inline(step) -> bool:
     """Whether the launch of `step` (a KernelStep) can be written out: static syms known,
-    no tuple element among its outputs, and outputs stored into inputs only as the step
-    remembered them (checked per call: storages of their own, else the step's own
-    launch)."""
+    and outputs stored into inputs only as the step remembered them (checked per call:
+    storages of their own, else the step's own launch)."""
     return (step.static and not step.symbolic and step.fixed_syms() is not None
-            and (not step.into or step.fixed_into() is not None)
-            and all(element is None for _, element, _, _ in step.outputs))
+            and (not step.into or step.fixed_into() is not None))
+
+
+def _tuple_outputs(step) -> bool:
+    return any(element is not None for _, element, _, _ in step.outputs)
+
+
+def _place_element(values: list, slot: int, arity: int, element: int, t) -> None:
+    """values[slot][element] = t, the list made first (KernelStep._place's way): the
+    tuple result of a multi-output op (var_mean) is a list of its elements."""
+    cur = values[slot]
+    if type(cur) is not list:
+        cur = values[slot] = [None] * arity
+    cur[element] = t
 
 
 def _written_out(step, recycled) -> bool:
@@ -508,7 +519,7 @@ def _chainable(step, chain: list) -> bool:
     """Whether `step` (an inline launch) may join `chain`: no stores into inputs, a target
     runner that chains, the same one as the chain's, and the byte limits above."""
     fn = getattr(step.run, "chain", None)
-    if step.into or fn is None or not chaining():
+    if step.into or fn is None or not chaining() or _tuple_outputs(step):
         return False
     size = _output_bytes(step)
     if size > CHAIN_KERNEL_BYTES:
@@ -644,10 +655,12 @@ def _launch(src: _Source, step, layouts: dict) -> None:
             src.emit(f"{pad}{src.name('BUMP', bump)}()")
     device = src.name("DEV", step.device)
     outs = []
-    for k, ((slot, _, shape, _), dt) in enumerate(zip(step.outputs, step.torch_dtype)):
+    for k, ((slot, element, shape, _), dt) in enumerate(zip(step.outputs, step.torch_dtype)):
         if k in into:
             src.emit(f"{pad}o{k} = values[{into[k]}]")
-        elif step.into:     # (two branches: no memory taken from the dead in one alone)
+        elif step.into or element is not None:
+            # (two branches: no memory taken from the dead in one alone; a tuple's
+            # element is no slot's own tensor)
             src.emit(f"{pad}o{k} = {_empty(src, shape, dt, step.device, device)}")
         else:
             src.emit(f"{pad}o{k} = {src.allocate(slot, shape, dt, step.device, device)}")
@@ -658,8 +671,12 @@ def _launch(src: _Source, step, layouts: dict) -> None:
         scratch.append(f"s{k}")
     name = src.name("K", step)
     _call(src, step, name, args + outs + scratch, pad)
-    for (slot, _, _, _), o in zip(step.outputs, outs):
-        src.emit(f"{pad}values[{slot}] = {o}")
+    for (slot, element, _, _), o in zip(step.outputs, outs):
+        if element is None:
+            src.emit(f"{pad}values[{slot}] = {o}")
+        else:
+            src.emit(f"{pad}{src.name('PE', _place_element)}(values, {slot}, "
+                     f"{step.tuple_arity[slot]}, {element}, {o})")
     if step.into:
         src.emit("else:")
         src.emit(f"    {name}(values, pool)")

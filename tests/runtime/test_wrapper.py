@@ -232,6 +232,31 @@ def test_a_launch_writing_in_place_beside_new_activations_stays_written_out(monk
         torch.testing.assert_close(getattr(mods[0][1], name), getattr(mods[1][1], name))
 
 
+def test_a_launch_with_tuple_outputs_is_written_out(monkeypatch):
+    """A kernel that stores both elements of var_mean (a layer norm's statistics, read by
+    a library call in between) is launched by the generated code, not as a step, and the
+    elements land in their tuple as the step would put them."""
+    from fusionstitch.runtime.launch import KernelStep
+
+    def fn(x, w):
+        v, m = torch.var_mean(x, dim=-1, keepdim=True)
+        y = torch.mm(((x - m) * torch.rsqrt(v + 1e-5)).view(-1, 32), w)
+        return y.tanh(), v * 2
+    torch._dynamo.reset()
+    x, w = torch.randn(4, 6, 32), torch.randn(32, 8)
+    comp = torch.compile(fn, backend=fusionstitch.backend(target="cpu"))
+    calls = []
+    real = KernelStep.__call__
+    monkeypatch.setattr(KernelStep, "__call__",
+                        lambda self, *a, **k: (calls.append(self), real(self, *a, **k))[1])
+    for i in range(3):
+        calls.clear()
+        got = comp(x, w)
+        for g, r in zip(got, fn(x, w)):
+            torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+    assert not calls
+
+
 def test_ops_run_through_torch_are_called_without_a_python_frame():
     """The generated code calls an aten op's C operator object (what OpOverload.__call__
     forwards to), not the OpOverload, and views and getitem as torch's C functions: tens
