@@ -347,6 +347,42 @@ def test_stacked_columns_run_across_rows(n):
             torch.testing.assert_close(c(*args), f(*args))
 
 
+TRANSPOSES = {
+    "nchw-nhwc": (lambda t: t.permute(0, 2, 3, 1).contiguous(), (2, 3, 9, 17)),
+    "nchw-nhwc-c2": (lambda t: t.permute(0, 2, 3, 1).contiguous() * 2, (2, 2, 5, 33)),
+    "nchw-nhwc-c7": (lambda t: t.permute(0, 2, 3, 1).contiguous(), (3, 7, 4, 20)),
+    "padded": (lambda t: torch.nn.functional.pad(t, (0, 1, 1, 0)).permute(0, 2, 3, 1)
+               .contiguous(), (2, 3, 16, 16)),
+    "matrix": (lambda t: t.t().contiguous() + 1, (3, 50)),
+    "rank5": (lambda t: t.permute(0, 2, 3, 4, 1).contiguous(), (2, 4, 3, 5, 18)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRANSPOSES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool])
+def test_small_last_dims_of_a_transposition_run_outside_the_contiguous_read(case, dtype):
+    """NCHW read into NHWC with few channels (a conv net's first layer run channels-last):
+    the loop over the last row dim runs innermost, the channel just outside it, so the
+    input is read contiguously (rows of 3 ran a loop of 3 per row: 2.2x Inductor's copy).
+    Bitwise eager's, for strided inputs (the other version) and symbolic sizes too."""
+    fn, shape = TRANSPOSES[case]
+    t = (torch.randn(shape) * 8).to(dtype)
+    _, srcs = kernel_sources(fn, t)
+    assert any("a transposition" in s for s in srcs), srcs
+    torch._dynamo.reset()
+    c = torch.compile(fn, backend=fusionstitch.backend(target="cpu"))
+    with torch.no_grad():
+        assert torch.equal(c(t), fn(t))
+        wide = (torch.randn(shape[:-1] + (2 * shape[-1],)) * 8).to(dtype)[..., ::2]
+        assert torch.equal(c(wide), fn(wide))
+    torch._dynamo.reset()
+    d = torch.compile(fn, backend=fusionstitch.backend(target="cpu"), dynamic=True)
+    with torch.no_grad():
+        for grow in (1, 2):
+            u = (torch.randn(shape[:-1] + (shape[-1] * grow + 1,)) * 8).to(dtype)
+            assert torch.equal(d(u), fn(u))
+
+
 @pytest.mark.parametrize("fn", ["mean_sub", "var_mean", "softmax", "amax"])
 def test_short_rows_get_a_version_of_their_expected_length(fn):
     """Row-order reductions over rows expected at most SMALL_R long get an

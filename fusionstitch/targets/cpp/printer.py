@@ -310,6 +310,9 @@ class _Printer(FlatLoops, ReduceLoops):
         self.int64_vars: set[str] = set()     # Index results: int64_t whatever their dtype
         self.fast = False                      # printing the dense version of a component
         self.rows: tuple[E.Expr, ...] | None = None   # printing a flat loop split in rows
+        # a transposed flat loop (FlatLoops.flat_transposed): the sizes xo is unravelled
+        # over, each digit its own loop variable xa<k>
+        self.xo_digits: tuple[E.Expr, ...] | None = None
         # the component version's unravellings with dims merged (index.merge_plan)
         self.merges: dict = {}
         self.bool_logic = False                # printed &, | or a select between bools
@@ -382,6 +385,8 @@ class _Printer(FlatLoops, ReduceLoops):
         e = self.form(e, access)
         if self.rows is not None:
             e = split_rows(e, self.rows)
+            if self.xo_digits is not None:
+                e = E.rewrite(e, self.xo_digit_var)
         if self.rrows is not None:
             e = split_rows(e, self.rrows, "r")
 
