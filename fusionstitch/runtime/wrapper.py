@@ -32,9 +32,11 @@ and dtype that only launches read (`_Source.allocate`, FUSIONSTITCH_REUSE=0 turn
 Behaviour is the program's own: the same steps in the same order, the same values
 dropped after the same steps (recyclable ones through `Program._drop`, so the pool
 sees what it saw), the same counters bumped by the same amounts (fallbacks included),
-the same outputs. A kernel launch is written inline only where `KernelStep.__call__`
-would take its simplest path every call (static syms known, no output stored into an
-input, no recycled output, no tuple element); the others call the step as before.
+the same outputs. A kernel launch is written inline where its syms are static: outputs
+stored into inputs as the step remembered them (checked per call), outputs from the
+recycling pool taken from it as the step takes them (the launches' locals dropped
+before the pool is offered a value, so that it can take it), tuple elements placed in
+their tuples; the others call the step as before.
 Anything else the interpreter does only on a first call (conforming dtypes) is done
 by then: an op it wrapped is the op the source calls.
 
@@ -50,7 +52,7 @@ import torch
 
 from ..config import env_flag_default
 from ..fusion.plan import KERNEL, LIBRARY
-from . import counters
+from . import counters, recycle
 
 
 def enabled() -> bool:
@@ -75,6 +77,12 @@ class _Source:
         self.free: dict[tuple, list[str]] = {}
         self.released: dict[str, int] = {}     # local -> the line that holds it
         self.taken: set[str] = set()            # locals a later output took
+        # the program recycles dead values (runtime/recycle.py): outputs a step would take
+        # from the pool take from it here too; and the launches' locals that may still
+        # hold a tensor, dropped before the pool is offered one (it takes only a tensor
+        # nothing else references)
+        self.recycled = False
+        self.locals: set[str] = set()
 
     def allocate(self, slot: int, shape, dt, device, dev_name: str) -> str:
         """Source of a new output for `slot`: the memory of a dead value of the same
@@ -154,10 +162,7 @@ def _place_element(values: list, slot: int, arity: int, element: int, t) -> None
     cur[element] = t
 
 
-def _written_out(step, recycled) -> bool:
-    """Whether the generated code writes the launch of `step` out (`_inline`, and no
-    output from the recycling pool); else it calls the step, which reads `values`."""
-    return _inline(step) and not (recycled and step.pooled)
+
 
 
 def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) -> Callable:
@@ -174,6 +179,7 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
     for slot, t in program.constants:
         src.emit(f"values[{slot}] = {src.name('C', t)}")
     recycled = program.recycled
+    src.recycled = bool(recycled)
     drop = src.name("DROP", drop)
     kernels = library = 0
     layouts, skipped, pointers, reusable = _composed_views(program, slot_type) \
@@ -208,6 +214,9 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
         for d in dead:
             src.release(d)
         if any(d in recycled for d in dead):
+            if src.locals and not chain:   # (a pending chain still needs its buffers)
+                src.emit(" = ".join(sorted(src.locals)) + " = None")
+                src.locals.clear()
             src.emit(f"{drop}(values, {src.name('D', tuple(dead))}, pool, {i})")
         else:
             src.emit("".join(f"values[{d}] = " for d in dead) + "None")
@@ -238,7 +247,7 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
             position += 1
             step, dead = ops
             kernels += 1
-            if _written_out(step, recycled):
+            if _inline(step):
                 if not _chainable(step, chain):
                     flush()
                 if _chainable(step, chain):
@@ -340,7 +349,7 @@ def _composed_views(program, slot_type: type) -> tuple[dict, frozenset, frozense
         if kind == "generated":
             step = ops[0]
             # (a launch that is not written out reads its inputs from `values` itself)
-            inline = _written_out(step, program.recycled)
+            inline = _inline(step)
             for slot, element in step.inputs:
                 if (slot, element) in layouts and inline:
                     continue
@@ -559,12 +568,22 @@ def _chain_buffers(src: _Source, step, j: int, layouts: dict) -> list[str]:
     device = src.name("DEV", step.device)
     for k, ((slot, _, shape, _), dt) in enumerate(zip(step.outputs, step.torch_dtype)):
         src.emit(f"o{j}_{k} = values[{slot}] = "
-                 f"{src.allocate(slot, shape, dt, step.device, device)}")
+                 f"{_new_output(src, step, k, slot, shape, dt, device)}")
         args.append(f"o{j}_{k}")
     for k, (shape, dt) in enumerate(step.scratch):
         src.emit(f"s{j}_{k} = {_empty(src, shape, dt, step.device, device)}")
         args.append(f"s{j}_{k}")
+    src.locals.update(args)
     return args
+
+
+def _new_output(src: _Source, step, k: int, slot: int, shape, dt, dev_name: str) -> str:
+    """Source of output k's memory: from the call's recycling pool where the step would
+    take it from there (`KernelStep.pooled`), else `_Source.allocate`'s."""
+    if src.recycled and k in step.pooled:
+        return (f"{src.name('TAKE', recycle.take)}(pool, {src.name('S', tuple(shape))}, "
+                f"{src.name('T', dt)}, {step.pooled[k]})")
+    return src.allocate(slot, shape, dt, step.device, dev_name)
 
 
 def _launch_chain(src: _Source, steps: list, args: list[list[str]]) -> None:
@@ -663,13 +682,14 @@ def _launch(src: _Source, step, layouts: dict) -> None:
             # element is no slot's own tensor)
             src.emit(f"{pad}o{k} = {_empty(src, shape, dt, step.device, device)}")
         else:
-            src.emit(f"{pad}o{k} = {src.allocate(slot, shape, dt, step.device, device)}")
+            src.emit(f"{pad}o{k} = {_new_output(src, step, k, slot, shape, dt, device)}")
         outs.append(f"o{k}")
     scratch = []
     for k, (shape, dt) in enumerate(step.scratch):
         src.emit(f"{pad}s{k} = {_empty(src, shape, dt, step.device, device)}")
         scratch.append(f"s{k}")
     name = src.name("K", step)
+    src.locals.update(args + outs + scratch)
     _call(src, step, name, args + outs + scratch, pad)
     for (slot, element, _, _), o in zip(step.outputs, outs):
         if element is None:

@@ -215,3 +215,22 @@ def test_recycling_survives_a_failed_compile_and_still_refuses_shared_memory():
     torch._dynamo.reset()
     test_memory_a_live_view_or_a_caller_sees_is_not_taken()
     test_dead_kernel_outputs_are_reused_and_results_match()
+
+
+def test_written_out_launches_take_from_the_pool_and_offer_to_it(monkeypatch):
+    """The generated per-call code launches kernels whose outputs come from the pool
+    itself (not through the step), and drops its own references to a launch's buffers
+    before offering a dead value, so that the pool can take it: as many recycled buffers
+    as the interpreter gets, no step called."""
+    from fusionstitch.runtime.launch import KernelStep
+    x, w = torch.randn(256, 256), torch.randn(256, 256)
+    fn = _compiled(_chain)
+    fn(x, w)                      # the first call runs the interpreter, then the code
+    calls = []
+    real = KernelStep.__call__
+    monkeypatch.setattr(KernelStep, "__call__",
+                        lambda self, *a, **k: (calls.append(1), real(self, *a, **k))[1])
+    fusionstitch.reset_stats()
+    _close(fn(x, w), _chain(x, w))
+    assert not calls
+    assert fusionstitch.stats()["buffers_recycled"] >= 1
