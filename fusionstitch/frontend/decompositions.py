@@ -99,3 +99,20 @@ def _table() -> dict:
 def decompositions() -> dict:
     """{OpOverload: decomposition} for AOTAutograd (a fresh dict: callers may change it)."""
     return dict(_table())
+
+
+def partitioner() -> dict:
+    """AOTAutograd's `partition_fn` for training graphs, as keyword arguments: the min-cut
+    rematerialisation partitioner (Inductor's), which saves fewer activations for the
+    backward and recomputes cheap elementwise ones there, where our kernels fuse them
+    into the backward's own; FUSIONSTITCH_PARTITION=default keeps AOTAutograd's default
+    (every needed intermediate saved), the A/B of the choice."""
+    import importlib.util
+    import os
+    choice = os.environ.get("FUSIONSTITCH_PARTITION", "mincut")
+    if choice not in ("mincut", "default"):
+        raise ValueError(f"FUSIONSTITCH_PARTITION={choice!r}: expected 'mincut' or 'default'")
+    if choice == "default" or importlib.util.find_spec("networkx") is None:
+        return {}       # (the min-cut solver needs networkx, a dependency of ours)
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    return {"partition_fn": min_cut_rematerialization_partition}

@@ -5,7 +5,8 @@
     f = torch.compile(fn, backend=fusionstitch.backend(strategy="xla", target="cpu"))
 
 AOTAutograd with core-aten decompositions gives functional forward and
-backward aten graphs; each becomes a `CompiledGraph`, which specialises per
+backward aten graphs (split by the min-cut rematerialisation partitioner,
+decompositions.py's `partitioner`); each becomes a `CompiledGraph`, which specialises per
 concrete input signature (shapes, dtypes, SymInt values): FX -> IR ->
 canonicalisation passes -> fusion plan -> Program (run through a CUDA graph with
 `cuda_graphs=True` on the cuda target: runtime/cudagraph.py). Inference graphs are
@@ -33,7 +34,7 @@ from ..runtime import counters as _stats
 from ..runtime.program import Program
 from ..targets import device_types, resolve
 from . import devices, dynamic, graph_cache, precompile
-from .decompositions import decompositions
+from .decompositions import decompositions, partitioner
 from .fx_to_ir import Unsupported, fx_to_ir, input_specs
 
 log = logging.getLogger("fusionstitch.frontend")
@@ -442,7 +443,7 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
         aot = aot_autograd(fw_compiler=lambda g, _: make(g, kind="forward"),
                            bw_compiler=bw_compiler,
                            inference_compiler=inference_compiler,
-                           decompositions=decompositions())
+                           decompositions=decompositions(), **partitioner())
         compiled = aot(gm, example_inputs)
         # torch's caching precompile, when it is on (frontend/precompile.py)
         precompile.record(gm, cache_key, options, len(example_inputs))
