@@ -1,7 +1,7 @@
-"""Training graphs are split by AOTAutograd's min-cut rematerialisation partitioner
-(frontend/decompositions.py's `partitioner`, Inductor's choice): the forward saves fewer
-tensors for the backward, which recomputes cheap elementwise ones inside its own fused
-kernels; gradients match eager either way. FUSIONSTITCH_PARTITION picks the partitioner."""
+"""How training graphs are split (frontend/decompositions.py's `partitioner`,
+FUSIONSTITCH_PARTITION): AOTAutograd's default by default; the min-cut rematerialisation
+partitioner (Inductor's) on request, whose forward saves fewer tensors (the fuzzer's
+regression in tests/fuzz/regressions.py is why min-cut is not the default)."""
 import pytest
 import torch
 

@@ -15,4 +15,10 @@ REGRESSIONS: list[tuple[str, str]] = [
     # CannotPrint); found by CI's inference fuzz within its process (standalone the program
     # passed before the fix too), fixed in cpu_reduce._moving_with_r
     ('{"inputs":[{"shape":[1,3,8],"dtype":"float32","grad":false,"fill":"uniform"}],"body":["v0 = torch.ceil(a0)","v1 = torch.softmax(v0, 1)","v2 = torch.log_softmax(v1, -3)","v3 = torch.relu(v2)","v4 = torch.cumsum(v0, 1)","v5 = a0.unsqueeze(1).expand(1, 1, 3, 8)","v6 = torch.cos(v4)","v7 = torch.sigmoid(v0)","v8 = v5 > a0","v9 = torch.tanh(v0)","v10 = torch.sin(v6)","v11 = torch.sin(a0)"],"outputs":["v11","v0","v1","v2","v3","v4","v5","v6","v8","v9"],"tolerance":{"v11":0.0001,"v0":0.0001,"v1":0.0001,"v2":0.0001,"v3":0.0001,"v4":0.0001,"v5":0.0001,"v6":0.0001,"v9":0.0001},"train":false,"seed":24}', "cpu"),
+    # with the min-cut partitioner the backward recomputed v0 = xlogy(|a1|, |a1| + 1) one ulp
+    # off the forward's at a few elements, so amin's gradient found no element equal to the
+    # saved minimum and divided by a zero count: NaN in a1's gradient; found by CI's training
+    # fuzz on a clean clone, fixed by keeping AOTAutograd's default partitioner
+    # (frontend/decompositions.py's `partitioner`)
+    ('{"inputs":[{"shape":[4099,3,3],"dtype":"float32","grad":true,"fill":"randn"},{"shape":[1,3,3],"dtype":"float32","grad":true,"fill":"randn"},{"shape":[4099,3,3],"dtype":"float32","grad":true,"fill":"randn"}],"body":["v0 = torch.xlogy(a1.abs(), a1.abs() + 1)","v1 = torch.log1p(v0.abs())","v2 = v1.permute(1, 2, 0)","v3 = torch.square(v0.clamp(-10, 10))","v4 = torch.amin(v0, dim=(-2, 0, 2), keepdim=True)","v5 = a2 > 0","v6 = torch.amin(v3, dim=(-2, 0, 2), keepdim=True)","v7 = torch.erfc(a2)","v8 = torch.xlogy(v4.abs(), v2.abs() + 1)","v9 = torch.var(a1, dim=(-2,), correction=1, keepdim=True)"],"outputs":["v9","v2","v3","v4","v8"],"tolerance":{"v9":0.0001,"v2":0.0001,"v3":0.0001,"v4":0.0001,"v8":0.0001},"train":true,"seed":94170831}', "cpu"),
 ]
