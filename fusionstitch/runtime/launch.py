@@ -240,7 +240,13 @@ class KernelStep:
             if element is None:
                 values[slot] = t
             else:
-                cur = values[slot]
-                if not isinstance(cur, list):
-                    cur = values[slot] = [None] * self.tuple_arity[slot]
-                cur[element] = t
+                place_element(values, slot, self.tuple_arity[slot], element, t)
+
+
+def place_element(values: list, slot: int, arity: int, element: int, t) -> None:
+    """values[slot][element] = t, the list made first: the tuple result of a multi-output
+    op (var_mean) is a list of its elements, which one or several steps store."""
+    cur = values[slot]
+    if not isinstance(cur, list):
+        cur = values[slot] = [None] * arity
+    cur[element] = t

@@ -53,6 +53,7 @@ import torch
 from ..config import env_flag_default
 from ..fusion.plan import KERNEL, LIBRARY
 from . import counters, recycle
+from .launch import place_element
 
 
 def enabled() -> bool:
@@ -152,14 +153,6 @@ def _inline(step) -> bool:
 def _tuple_outputs(step) -> bool:
     return any(element is not None for _, element, _, _ in step.outputs)
 
-
-def _place_element(values: list, slot: int, arity: int, element: int, t) -> None:
-    """values[slot][element] = t, the list made first (KernelStep._place's way): the
-    tuple result of a multi-output op (var_mean) is a list of its elements."""
-    cur = values[slot]
-    if type(cur) is not list:
-        cur = values[slot] = [None] * arity
-    cur[element] = t
 
 
 
@@ -695,7 +688,7 @@ def _launch(src: _Source, step, layouts: dict) -> None:
         if element is None:
             src.emit(f"{pad}values[{slot}] = {o}")
         else:
-            src.emit(f"{pad}{src.name('PE', _place_element)}(values, {slot}, "
+            src.emit(f"{pad}{src.name('PE', place_element)}(values, {slot}, "
                      f"{step.tuple_arity[slot]}, {element}, {o})")
     if step.into:
         src.emit("else:")
