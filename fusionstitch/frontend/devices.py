@@ -68,7 +68,12 @@ DEVICE_KEY = "fusionstitch_device"
 
 
 def _val(node) -> object:
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    """node's value: AOTAutograd's `val`, else Dynamo's `example_value` (the graph a
+    backend is handed, before AOTAutograd traces it)."""
+    if not isinstance(node, torch.fx.Node):
+        return None
+    v = node.meta.get("val")
+    return node.meta.get("example_value") if v is None else v
 
 
 def _devices(node) -> list:

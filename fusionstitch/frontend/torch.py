@@ -54,18 +54,22 @@ def _refuse(name: str, why: str) -> None:
                           f"(FUSIONSTITCH_STRICT=all): {why}")
 
 
-def check_devices(options: config.Options, inputs: list) -> None:
+def check_devices(options: config.Options, inputs: list,
+                  gm: torch.fx.GraphModule | None = None) -> None:
     """Refuse (ValueError naming what was expected) a target that cannot run on the
     inputs' device (its `device_type`): a device torch does not see (`cuda` without a
     GPU), or inputs on another device than its own and the CPU (`cpu` / `interpret` take
-    CPU tensors only). `auto` picks per device and is never refused."""
+    CPU tensors only). Inputs all on the CPU are refused by a GPU target unless graph
+    `gm` computes on its device all the same (`devices.graph_device`: a causal mask made
+    by `arange(..., device="cuda")` from a CPU scalar). `auto` picks per device and is
+    never refused."""
     if options.target == config.AUTO:
         return
     target = resolve(options.target)
     kind = target.device_type
     if kind is None:
         return
-    devices = sorted({t.device.type for t in inputs if isinstance(t, torch.Tensor)})
+    kinds = sorted({t.device.type for t in inputs if isinstance(t, torch.Tensor)})
 
     def use(fits: Callable[[str | None], bool]) -> str:   # the other choices to offer
         names = [repr(n) for n in config.target_names()
@@ -76,10 +80,13 @@ def check_devices(options: config.Options, inputs: list) -> None:
         raise ValueError(f"fusionstitch: target={target.name!r} needs a {kind.upper()} "
                          f"device, and torch sees none (torch.{kind}.is_available() is "
                          f"False); use {use(lambda k: k != kind)}")
-    if devices and (kind not in devices or set(devices) - {kind, "cpu"}):
+    made_there = gm is not None and kind not in kinds and getattr(
+        devices.graph_device(gm, inputs), "type", None) == kind
+    if kinds and (kind not in kinds and not made_there
+                    or set(kinds) - {kind, "cpu"}):
         raise ValueError(f"fusionstitch: target={target.name!r} runs on {kind.upper()} "
-                         f"tensors, and this graph's inputs are on {', '.join(devices)}; "
-                         f"move them, or use {use(lambda k: k in devices and k != kind)}")
+                         f"tensors, and this graph's inputs are on {', '.join(kinds)}; "
+                         f"move them, or use {use(lambda k: k in kinds and k != kind)}")
 
 
 @dataclass
@@ -398,7 +405,7 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
         options = base if mode is None and options is None else \
             base.with_compile_args(mode, options)
         if _execute:
-            check_devices(options, example_inputs)
+            check_devices(options, example_inputs, gm)
         from torch._dynamo.backends.common import aot_autograd
         make = partial(CompiledGraph, options=options, sink=_sink, execute=_execute)
 

@@ -118,6 +118,33 @@ def test_a_graph_without_gpu_inputs_that_makes_gpu_tensors_computes_on_the_gpu()
     assert graph_device(no_inputs, []) == torch.device("cpu")
 
 
+def test_a_gpu_target_takes_a_graph_of_cpu_scalars_that_computes_on_the_gpu(monkeypatch):
+    """The GPU tier on an H100 (2026-11-27): `causal_mask` with target='cuda' raised
+    "runs on CUDA tensors, and this graph's inputs are on cpu" from the backend's
+    device check, which read the inputs alone. Dynamo hands the backend its values as
+    `example_value`, not `val`: both are read."""
+    from fusionstitch import config
+    from fusionstitch.frontend.torch import check_devices
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    def mask(s):                        # causal_mask, traced on the CPU first
+        i = torch.arange(4)
+        return (i[None, :] <= i[:, None]) & (s > 0)
+    gm, args = trace_on_cuda_factories(mask, torch.tensor(1.0))
+    real = [torch.tensor(1.0)]
+    check_devices(config.Options(target="cuda"), real, gm)
+    for n in gm.graph.nodes:            # as Dynamo's graph holds them
+        n.meta["example_value"] = n.meta.pop("val", None)
+    assert graph_device(gm, real) == CUDA
+    check_devices(config.Options(target="cuda"), real, gm)
+    # without the graph, or with one that computes on the CPU, CPU inputs are refused
+    with pytest.raises(ValueError, match="runs on CUDA tensors, and this graph's inputs "
+                                         "are on cpu"):
+        check_devices(config.Options(target="cuda"), real)
+    cpu_gm, cpu_args = trace(scalar_times, ((4, 8), "cpu"), ((), "cpu"))
+    with pytest.raises(ValueError, match="runs on CUDA tensors"):
+        check_devices(config.Options(target="cuda"), [torch.ones(4, 8), real[0]], cpu_gm)
+
+
 @pytest.mark.parametrize("fn, specs", [
     (scalar_times, [((4, 8), "cuda"), ((), "cpu")]),
     (to_host_cast, [((4, 8), "cuda")]),
