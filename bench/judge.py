@@ -9,7 +9,9 @@ gradient, a floating buffer):
   below ZERO_GRADIENT of the step's largest), the step's largest gradient norm: what is
   left of such a gradient is rounding of the model's sums, and an element-wise or
   per-tensor relative error of it is noise (a BERT training step's is ~1 for eager's and
-  Inductor's results alike);
+  Inductor's results alike); a result at least as close to the float64 run as eager's
+  passes this rule (the difference is then eager's own error: cuDNN's TF32
+  convolutions on a GPU are 1e-3 from exact);
 * against the float64 run ``f``: ``|c - f| <= slack * max(|e - f|, 16 u |f|)``: no further
   from it than `slack` times eager's own error. Where eager is within a few roundings of
   exact, any other order of the same sums may be too: the floor is the worst case of a
@@ -78,10 +80,10 @@ def judge_tensors(items, rtol: float = RTOL, slack: float = SLACK) -> list[str]:
         if is_grad and exact_scale <= ZERO_GRADIENT * largest:
             scale, exact_scale = largest32, largest
         err = _diff(cv, ev)
-        if err > rtol * scale:
+        mine, theirs = _diff(cv, fv), _diff(ev, fv)
+        if err > rtol * scale and mine > theirs:
             bad.append(f"{what}: {err / max(scale, 1e-30):.2e} from eager "
                        f"(relative, norm-wise; allowed {rtol:.0e})")
-        mine, theirs = _diff(cv, fv), _diff(ev, fv)
         floor = PAIRWISE_LEVELS * unit_roundoff(ev.dtype) * exact_scale
         if mine > slack * max(theirs, floor):
             bad.append(f"{what}: {mine:.3e} from float64, eager {theirs:.3e} "
