@@ -35,9 +35,11 @@ torch.__version__, "triton", triton.__version__, "cuda", torch.version.cuda)'; }
 
 case "$step" in
   tests)
-    # the gpu tier, 8 workers (Triton compiles in parallel on the machine's 16 cores; at 4
-    # workers the tier outran a 270 s limit on 2026-11-26), slowest tests listed
-    timeout "$limit" $py -m pytest -q -m gpu -p no:cacheprovider -n 8 --durations 15 \
+    # the gpu tier, 14 workers (Triton compiles in parallel on the machine's 16 cores; at 4
+    # workers the tier outran a 270 s limit on 2026-11-26, at 8 a 240 s one on 2026-11-27,
+    # at 14 it reached 97 % in 250 s); -v names each result as it comes, so a run cut by
+    # the limit still says which test failed
+    timeout "$limit" $py -m pytest -v -m gpu -p no:cacheprovider -n 14 --tb=short --durations 15 \
       tests 2>&1 | tee -a "$log" ;;
   bench)
     timeout "$limit" $py -m bench.run --target cuda --size full --repeat 20 --min-time 0.5 \
