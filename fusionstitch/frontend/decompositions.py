@@ -101,24 +101,35 @@ def decompositions() -> dict:
     return dict(_table())
 
 
-def partitioner() -> dict:
-    """AOTAutograd's `partition_fn` for training graphs, as keyword arguments.
+def partitioner(target=None) -> dict:
+    """AOTAutograd's `partition_fn` for training graphs, as keyword arguments, for a graph
+    whose kernels `target` (a Target, or None: unknown) generates.
 
-    By default AOTAutograd's own (every intermediate the backward needs is saved).
-    FUSIONSTITCH_PARTITION=mincut picks the min-cut rematerialisation partitioner
-    (Inductor's), which saves fewer activations and recomputes cheap elementwise ones in
-    the backward (lstm 0.331 -> 0.304 ms, gpt2_train 1.009 -> 0.946 ms). It is not the
-    default: a recomputed value must equal the forward's bit for bit where the backward
-    compares it with a saved reduction (amin's gradient goes to the elements equal to
-    the minimum, divided by their count), and our kernels compute a transcendental
-    through vector code in one kernel and scalar code in another: the fuzzer found a
-    training program whose gradient became NaN (tests/frontend/test_partitioner.py)."""
+    FUSIONSTITCH_PARTITION picks it:
+    - `auto` (the default): `exact` where the target's kernels compute IEEE arithmetic
+      with the same bits in every kernel (`Target.exact_arithmetic`: cpu), else `default`;
+    - `exact`: AOTAutograd's min-cut rematerialisation partitioner (Inductor's), the
+      backward recomputing only values it gets back bit for bit (frontend/recompute.py);
+      the forward saves fewer activations (lstm 0.287 -> 0.271 ms, gpt2_train 0.904 ->
+      0.825 ms, birnn 0.372 -> 0.355 ms);
+    - `mincut`: the min-cut partitioner as Inductor runs it, recomputing transcendentals
+      too. Unsafe with our kernels: a value recomputed one ulp off where the backward
+      compares it with a saved one is a wrong gradient (the fuzzer's amin/xlogy program
+      in tests/fuzz/regressions.py: NaN). For comparisons only;
+    - `default`: AOTAutograd's default partitioner (every value the backward needs is
+      saved)."""
     import importlib.util
     import os
-    choice = os.environ.get("FUSIONSTITCH_PARTITION", "default")
-    if choice not in ("mincut", "default"):
-        raise ValueError(f"FUSIONSTITCH_PARTITION={choice!r}: expected 'mincut' or 'default'")
+    choice = os.environ.get("FUSIONSTITCH_PARTITION", "auto")
+    if choice not in ("auto", "exact", "mincut", "default"):
+        raise ValueError(f"FUSIONSTITCH_PARTITION={choice!r}: expected 'auto', 'exact', "
+                         "'mincut' or 'default'")
+    if choice == "auto":
+        choice = "exact" if getattr(target, "exact_arithmetic", False) else "default"
     if choice == "default" or importlib.util.find_spec("networkx") is None:
         return {}       # (the min-cut solver needs networkx, a dependency of ours)
+    if choice == "exact":
+        from .recompute import partition
+        return {"partition_fn": partition}
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     return {"partition_fn": min_cut_rematerialization_partition}

@@ -391,6 +391,12 @@ def static_inputs(gm: torch.fx.GraphModule) -> int:
     return n
 
 
+def _kernel_target(options: config.Options, gm: torch.fx.GraphModule, inputs: list):
+    """The Target whose kernels a graph given these example inputs runs (`auto`: the one
+    for the graph's device)."""
+    return resolve(options.resolved_target(devices.graph_device(gm, inputs)))
+
+
 def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = False,
             _sink: list | None = None, _execute: bool = True) -> Callable:
     """A torch.compile backend with these options (see README's knobs table). torch.compile's
@@ -450,7 +456,8 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
         aot = aot_autograd(fw_compiler=lambda g, _: make(g, kind="forward"),
                            bw_compiler=bw_compiler,
                            inference_compiler=inference_compiler,
-                           decompositions=decompositions(), **partitioner())
+                           decompositions=decompositions(),
+                           **partitioner(_kernel_target(options, gm, example_inputs)))
         compiled = aot(gm, example_inputs)
         # torch's caching precompile, when it is on (frontend/precompile.py)
         precompile.record(gm, cache_key, options, len(example_inputs))

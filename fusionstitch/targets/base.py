@@ -60,6 +60,10 @@ class Target:
     # scatter kernels (codegen/scatter.py: stores at data-dependent positions, in order)
     # print here; elsewhere those ops run through torch
     scatter_kernels: bool = False
+    # every kernel computes an IEEE operation (+ - * / sqrt, comparisons, casts) with the
+    # same bits, in vector and scalar code alike (no FMA contraction): a training graph's
+    # backward may then recompute such forward values (frontend/recompute.py)
+    exact_arithmetic: bool = False
     # limits: a fused kernel may recompute up to this factor of its parts' own ops
     # (XLA's code-duplication rule; None: no limit)
     max_recompute: float | None = None

@@ -40,8 +40,10 @@ class CppTarget(Target):
 # softmax_chain 0.26x -> 0.76x). The C++ printer has no GEMM stages: GEMMs stay library
 # calls, so the plan the planner picks is the plan that runs. Convolutions run
 # channels-last (oneDNN's faster layout; resnet_infer's six: 773 -> 640 us, one thread).
+# Kernels are compiled with -ffp-contract=off: IEEE arithmetic has the same bits in any
+# of them (exact_arithmetic).
 CPU = CppTarget("cpu", cost_device=DEVICES["ci-epyc-2core"], device_type="cpu", auto=True,
                 tunable=True, generates_kernels=True, row_buffers=True, scatter_kernels=True,
-                max_recompute=3.0,
+                exact_arithmetic=True, max_recompute=3.0,
                 conv_layout="channels_last",
                 language=Language("C++", "cpp", "//"))
