@@ -132,14 +132,24 @@ def _clone_tree(tree, convert: Callable[[torch.Tensor], torch.Tensor] | None = N
     tensor first (float64)."""
     memo: dict[int, torch.Tensor] = {}
 
+    def copy(t):
+        c = t.detach()
+        c = convert(c) if convert is not None else c.clone()
+        return c.clone() if convert is not None and c is t.detach() else c
+
     def one(t):
         if not isinstance(t, torch.Tensor):
             return t
         if id(t) not in memo:
-            c = t.detach()
-            c = convert(c) if convert is not None else c.clone()
-            if convert is not None and c is t.detach():
-                c = c.clone()
+            base = t._base
+            if base is not None and t.layout == torch.strided and \
+                    base.is_contiguous() and base.storage_offset() == 0:
+                # a view keeps its base's memory around it (as_strided.partial_views
+                # reads past the view, within the storage): the copy is the same view of a
+                # copy of the base
+                c = copy(base).as_strided(t.shape, t.stride(), t.storage_offset())
+            else:
+                c = copy(t)
             memo[id(t)] = c.requires_grad_(t.requires_grad and
                                            (c.is_floating_point() or c.is_complex()))
         return memo[id(t)]

@@ -75,9 +75,6 @@ SKIPS = (
     Skip(("torch.ops.aten._flash_attention_forward", "torch.ops.aten._efficient_attention_forward",
           "nn.functional.batch_norm.without_cudnn"),
          "CUDA only: op_db gives it no CPU dtype"),
-    Skip(("as_strided.partial_views",),
-         "torch's own error: the sample's view is out of bounds of its storage in fp16 "
-         "(setStorage raises; the same with backend='aot_eager')", dtypes=("float16",)),
 )
 
 
