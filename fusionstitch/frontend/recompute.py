@@ -18,7 +18,7 @@ vector polynomials in one kernel, libm in a scalar tail or loop of another), a r
 (another kernel may sum in another order), or a float type narrower than 32 bits (a
 kernel may keep an intermediate in float32 where another rounds it).
 
-`mark_saved(joint)` tags every other forward value that the backward reads, directly or
+`mark_saved(joint)` tags every other forward tensor that the backward reads, directly or
 through other forward values, with `CheckpointPolicy.MUST_SAVE`, which the partitioner
 never recomputes (torch itself tags effectful ops and collectives so); `partition` is the
 min-cut partitioner run on a graph so tagged.
@@ -101,8 +101,10 @@ def mark_saved(joint: torch.fx.GraphModule) -> int:
                     feeds.add(i)
     tagged = 0
     for n in graph.nodes:
+        # tensors only: a size (SymInt arithmetic) is no kernel's, and a tuple's elements
+        # are tagged as its getitems (as torch tags effectful ops' results)
         if n in feeds and n.op == "call_function" and "recompute" not in n.meta \
-                and not exact(n):
+                and isinstance(n.meta.get("val"), torch.Tensor) and not exact(n):
             n.meta["recompute"] = CheckpointPolicy.MUST_SAVE
             tagged += 1
     return tagged
