@@ -68,6 +68,10 @@ def exact(node: torch.fx.Node) -> bool:
     if packet not in EXACT or packet is aten.div and len(node.args) > 2 \
             or "rounding_mode" in node.kwargs:     # (floor and trunc divisions)
         return False
+    # add/sub with alpha: torch's own kernel fuses alpha * b + a into an FMA (where a
+    # part runs through torch); round to decimals scales by a power of ten
+    if node.kwargs.get("alpha", 1) != 1 or node.kwargs.get("decimals", 0) != 0:
+        return False
     vals = node.meta.get("val")
     for v in vals if isinstance(vals, (tuple, list)) else (vals,):
         if isinstance(v, torch.Tensor) and v.dtype.is_floating_point and v.dtype not in WIDE:
