@@ -285,6 +285,11 @@ def to_source(e: Expr, floordiv_op: str = "//", names: dict[str, str] | None = N
         if isinstance(e, Value):
             return e.var
         if isinstance(e, Const):
+            if type(e.value) not in (int, bool):
+                # a symbolic size (ir.symbolic.Dim) in a constant prints its expression in
+                # Python's syntax: a lowering must make it a sym (Lowerer.num)
+                raise TypeError(f"constant {e.value!r} of type {type(e.value).__name__} in an "
+                                "index expression: a symbolic value needs a sym")
             return str(e.value) if e.value >= 0 else f"({e.value})"
         if isinstance(e, Sym):
             return e.name

@@ -17,6 +17,7 @@ import torch
 
 from ..ir.graph import GETITEM, Ref, TensorLiteral, TensorType, dtype_name
 from ..ir.ops import one_write_scatter, resolve_overload
+from ..ir.symbolic import is_symbolic
 from ..schedule.propagate import FUSIBLE_DOTS, SIMPLE_REDUCTIONS, reduced_dims
 from . import expr as E
 from ..config import elide_half_casts
@@ -563,9 +564,12 @@ def _slice_scatter(L: Lowerer, node, idx):
     base = L.cast(L.value(b["self"].name, tuple(idx)), out)
     if count == 0:
         return base
+    if is_symbolic(start) or is_symbolic(step):
+        raise Unsupported("slice_scatter with a symbolic start or step")
     pos = L.index(idx[d])
+    # the end is symbolic where the slice's length is (x[::2] of a dynamic dim): a sym
     inside = L.op("and", (L.op("ge", (pos, L.index(E.Const(start))), "b8"),
-                          L.op("lt", (pos, L.index(E.Const(start + (count - 1) * step + 1))),
+                          L.op("lt", (pos, L.index(L.num(start + (count - 1) * step + 1))),
                                 "b8")), "b8")
     if step > 1:
         # (i - start) mod step == 0, kept non-negative: add a multiple of step >= start

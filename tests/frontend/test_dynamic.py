@@ -238,3 +238,18 @@ def test_a_symbolic_programs_kernels_take_their_sizes_as_parameters():
             assert name not in named and f"constexpr int64_t {name} = {v};" in body
     # (1 would be specialised: Dynamo guards sizes 0 and 1)
     _serves_without_compiling(f, fn, cg, w, [torch.randn(n, 12) for n in (9, 3)])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_stepped_slice_of_a_symbolic_dim_is_written_in_place_of_its_elements(target):
+    """`x[::2] = y[::2] * 0.5` (slice_scatter) over a symbolic dim: the slice's end, from
+    its symbolic length, is a sym (the dynamic fuzzer's program printed it as a Python
+    expression, `((s32 + 1)//2)`, into the C++); odd and even sizes."""
+    def fn(x, y):
+        x = x.clone()
+        x[::2] = y[::2] * 0.5
+        return x * 2
+    f = compile_(fn, target, dynamic=True)
+    for n in (4, 5, 9):
+        x, y = torch.randn(n, 3), torch.randn(n, 3)
+        torch.testing.assert_close(f(x, y), fn(x, y))
