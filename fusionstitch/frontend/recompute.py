@@ -52,9 +52,10 @@ EXACT = frozenset({
     aten.view, aten._unsafe_view, aten.reshape, aten.permute, aten.expand, aten.squeeze,
     aten.unsqueeze, aten.slice, aten.select, aten.t, aten.transpose, aten.cat,
     aten.constant_pad_nd, aten.index, aten.gather, aten.repeat,
-    # factories: constants
+    # factories of constants (not arange: torch steps a float range in double, a kernel
+    # may not; not empty: its contents are whatever the memory held)
     aten.full, aten.full_like, aten.zeros, aten.zeros_like, aten.ones, aten.ones_like,
-    aten.scalar_tensor, aten.arange, aten.empty, aten.empty_like,
+    aten.scalar_tensor,
 })
 
 # float types wide enough that a kernel computes in them, never above them
