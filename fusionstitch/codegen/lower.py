@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Ref, TensorType, TupleType
 from ..ir.ops import TWO_PASS_REDUCTIONS
-from ..ir.symbolic import FloatDim, is_symbolic, make, recording, replay
+from ..ir.symbolic import FloatDim, hint, is_symbolic, make, recording, replay
 from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, Schedule, escaping_values,
                                   group_schedule)
 from ..schedule.propagate import type_numel as _numel
@@ -105,7 +105,10 @@ class Lowerer:
         one per value, so that the IR holds no size either way (a target may still print a
         "const" sym as a compile-time constant: `kernel.constant_syms`)."""
         if v in (0, 1):
-            return E.Const(v)
+            # (a symbolic size equal to 0 or 1 at the hint: the comparison recorded that
+            # guard, and the constant is the plain int, never the Dim, which prints as
+            # its expression)
+            return E.Const(hint(v))
         if is_symbolic(v):
             key = ("dim", v.expr)
             sym = self.syms.get(key)

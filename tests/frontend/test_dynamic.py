@@ -253,3 +253,19 @@ def test_a_stepped_slice_of_a_symbolic_dim_is_written_in_place_of_its_elements(t
     for n in (4, 5, 9):
         x, y = torch.randn(n, 3), torch.randn(n, 3)
         torch.testing.assert_close(f(x, y), fn(x, y))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_derived_size_of_one_at_the_hint_is_a_guarded_constant(target):
+    """`v[3::3]` of a dynamic dim of 4 at the hint has (s - 1) // 3 = 1 element: the
+    kernel takes it as the constant 1 under the guard (s - 1) // 3 == 1 (the dynamic
+    fuzzer's program printed the Dim's expression into the C++); other sizes compile
+    again and are right."""
+    def fn(x):
+        v = x.amin(1)[3::3]
+        return torch.stack([v, v], 0), v.contiguous() * 2
+    f = compile_(fn, target, dynamic=True)
+    for n in (4, 5, 6, 10, 16):
+        x = torch.randn(n, 4)
+        for got, want in zip(f(x), fn(x)):
+            torch.testing.assert_close(got, want)
