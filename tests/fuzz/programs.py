@@ -85,7 +85,8 @@ class Val:
     exact: bool        # an input or an integer-valued result: discontinuous ops may read it
     narrow: str = "float32"   # the narrowest float type it went through
     terminal: bool = False    # nothing may read it (a low-precision round trip)
-    view_of_input: bool = False
+    view_of: str | None = None   # the value whose memory it may view (eager refuses an
+    # in-place update of that value from it: its elements overlap the written ones)
 
 
 def _broadcast(a: tuple, b: tuple) -> tuple | None:
@@ -413,6 +414,7 @@ class Builder:
                       **keep)
         else:
             self.emit(f"{x.name}.contiguous()", s, **keep)
+        self.vals[-1].view_of = x.view_of or x.name   # (flip and contiguous copy: kept too)
         return True
 
     def concat(self) -> bool:
@@ -442,7 +444,7 @@ class Builder:
             return False
         t = self.draw(st.sampled_from(targets))
         src = self.pick(lambda v: v.kind == "float" and not v.terminal
-                        and _broadcast(t.shape, v.shape) == t.shape)
+                        and _broadcast(t.shape, v.shape) == t.shape and v.view_of != t.name)
         if src is None:
             return False
         how = self.draw(st.sampled_from(["add_", "mul_", "copy_", "slice"]))

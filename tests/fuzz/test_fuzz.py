@@ -77,3 +77,17 @@ def test_dynamic_programs(prog):
     """Compiled with dynamic=True: one symbolic program, right at the program's sizes and
     at grown ones (check.resized)."""
     _assert_ok(prog, "cpu", dynamic=True)
+
+
+@settings(max_examples=1500, derandomize=True, database=None, deadline=None,
+          phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+@given(prog=programs(train=False, max_ops=8))
+def test_generated_programs_never_update_an_input_from_a_view_of_it(prog):
+    """The generator's own rule (eager alone, no compile): an in-place update reads no
+    view of the tensor it writes, which eager refuses ("some elements of the input tensor
+    and the written-to tensor refer to a single memory location"); the dynamic fuzzer
+    drew `a1.copy_(a1.select(0, -2))` at 2000 examples."""
+    from check import function, make_inputs, run
+    out = run(prog, function(prog), make_inputs(prog))
+    assert out.error is None or "single memory location" not in str(out.error), \
+        prog.source()
