@@ -1,4 +1,6 @@
-"""Planning time on the zoo's 400-step LSTM (over 20,000 IR ops, forward + backward).
+"""Planning time on the zoo's 400-step LSTM (about 19,000 IR ops, forward + backward, as
+the cpu target's exact min-cut partitioner splits it; over 20,000 with AOTAutograd's
+default partitioner, which saves more and recomputes nothing).
 
 One capture (Dynamo + AOTAutograd tracing dominates this test's minute) serves
 both planners. Budgets on the 2-core CI machine: stitch (the default, which also
@@ -19,7 +21,7 @@ from fusionstitch.report.explain import count_ops
 @lru_cache(maxsize=None)
 def lstm_400():
     graphs = capture("lstm", "full", steps=400)
-    assert sum(count_ops(g) for g in graphs) > 20_000
+    assert sum(count_ops(g) for g in graphs) > 18_000
     return graphs
 
 
