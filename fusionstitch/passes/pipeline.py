@@ -10,6 +10,7 @@ from .conv_layout import channels_last_convs
 from .cse import cse
 from .broadcast_bmm import unbroadcast_bmm
 from .dce import dce
+from .distinct_outputs import keep_apart
 from .matvec import decompose_matvec
 from .simplify import fold_views
 
@@ -45,7 +46,8 @@ PIPELINE: tuple[tuple[str, Pass, str], ...] = (
 def canonicalize(g: Graph, *, verify: bool = False,
                  dump: Callable[[str, Graph], None] | None = None,
                  target=None, free_outputs: frozenset[int] = frozenset()) -> Graph:
-    """Run every pass of PIPELINE in order.
+    """Run every pass of PIPELINE in order, then keep apart the outputs they merged
+    (passes/distinct_outputs.py).
 
     target: the Target the graph is compiled for (a duck: passes sit below targets),
     read by the passes marked `needs_context` (conv_layout); None: no target-gated
@@ -60,6 +62,7 @@ def canonicalize(g: Graph, *, verify: bool = False,
     if verify:
         from ..ir.verify import verify as check  # lazy: the verifier is a debug tool
         check(g)
+    given = g
     for name, run, _reason in PIPELINE:
         before = len(g)
         g = run(g, target, free_outputs) if getattr(run, "needs_context", False) else run(g)
@@ -68,4 +71,8 @@ def canonicalize(g: Graph, *, verify: bool = False,
             check(g)
         if dump is not None:
             dump(name, g)
+    # last: outputs the passes merged (or made a parameter) get memory of their own again
+    g = keep_apart(given, g)
+    if check is not None:
+        check(g)
     return g

@@ -22,4 +22,9 @@ REGRESSIONS: list[tuple[str, str]] = [
     # (frontend/decompositions.py's `partitioner`); since then the min-cut partitioner
     # recomputes only values of exact arithmetic (frontend/recompute.py): xlogy is saved
     ('{"inputs":[{"shape":[4099,3,3],"dtype":"float32","grad":true,"fill":"randn"},{"shape":[1,3,3],"dtype":"float32","grad":true,"fill":"randn"},{"shape":[4099,3,3],"dtype":"float32","grad":true,"fill":"randn"}],"body":["v0 = torch.xlogy(a1.abs(), a1.abs() + 1)","v1 = torch.log1p(v0.abs())","v2 = v1.permute(1, 2, 0)","v3 = torch.square(v0.clamp(-10, 10))","v4 = torch.amin(v0, dim=(-2, 0, 2), keepdim=True)","v5 = a2 > 0","v6 = torch.amin(v3, dim=(-2, 0, 2), keepdim=True)","v7 = torch.erfc(a2)","v8 = torch.xlogy(v4.abs(), v2.abs() + 1)","v9 = torch.var(a1, dim=(-2,), correction=1, keepdim=True)"],"outputs":["v9","v2","v3","v4","v8"],"tolerance":{"v9":0.0001,"v2":0.0001,"v3":0.0001,"v4":0.0001,"v8":0.0001},"train":true,"seed":94170831}', "cpu"),
+    # CSE merged the two outputs x.half().float() into one tensor, returned twice; the
+    # backward then got other tangents for them: a wrong gradient in ~3000 of 4096
+    # elements; found by the dynamic fuzzer at 2000 examples (static too), fixed by
+    # passes/distinct_outputs.py
+    ('{"inputs":[{"shape":[16,16,16],"dtype":"float32","grad":true,"fill":"uniform"}],"body":["v0 = a0.to(torch.float16).to(a0.dtype)","v1 = a0.to(torch.float16).to(a0.dtype)"],"outputs":["v1","v0"],"tolerance":{"v1":0.0001,"v0":0.0001},"train":true,"seed":1}', "cpu"),
 ]
