@@ -327,6 +327,15 @@ def category(name: str) -> Category:
     return lookup(name).category
 
 
+def view_root(graph, name: str) -> str:
+    """The value whose memory `name` is in `graph`: through chains of views, their first
+    argument (runtime/inplace.py, passes/distinct_outputs.py)."""
+    node = graph[name]
+    while lookup(node.op).view and node.args and isinstance(node.args[0], Ref):
+        node = graph[node.args[0].name]
+    return node.name
+
+
 # --- reference semantics and the shape/dtype rule --------------------------------------
 
 def _materialise(value: Any, env: dict[str, Any]) -> Any:

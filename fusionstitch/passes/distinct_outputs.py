@@ -17,17 +17,9 @@ them so too.
 from __future__ import annotations
 
 from ..ir.graph import PARAMETER, Graph, Node, Ref, TensorType, fresh_name
-from ..ir.ops import lookup
+from ..ir.ops import view_root
 
 CLONE = "clone.default"
-
-
-def _root(g: Graph, name: str) -> str:
-    """The value whose memory `name` is: through chains of views, their first argument."""
-    node = g[name]
-    while lookup(node.op).view and node.args and isinstance(node.args[0], Ref):
-        node = g[node.args[0].name]
-    return node.name
 
 
 def _shared(g: Graph) -> list[bool]:
@@ -38,7 +30,7 @@ def _shared(g: Graph) -> list[bool]:
         if not isinstance(o, Ref):
             out.append(False)
             continue
-        root = _root(g, o.name)
+        root = view_root(g, o.name)
         out.append(root in seen or g[root].op == PARAMETER)
         seen.add(root)
     return out
@@ -47,10 +39,12 @@ def _shared(g: Graph) -> list[bool]:
 def keep_apart(before: Graph, after: Graph) -> Graph:
     """`after` with a clone for each output that shares memory there and did not in
     `before` (the same outputs, position for position)."""
+    if len(before.outputs) != len(after.outputs):
+        return after
     was, now = _shared(before), _shared(after)
     fix = [k for k, (a, b) in enumerate(zip(was, now)) if b and not a
            and isinstance(after[after.outputs[k].name].type, TensorType)]
-    if not fix or len(before.outputs) != len(after.outputs):
+    if not fix:
         return after
     taken = {n.name for n in after.nodes}
     nodes = list(after.nodes)

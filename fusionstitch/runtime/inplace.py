@@ -41,7 +41,7 @@ from ..codegen import expr as E
 from ..codegen.kernel import Kernel, Load, Store, bodies
 from ..fusion.plan import KERNEL, FusionPlan
 from ..ir.graph import ITEMSIZE, Ref, TensorType
-from ..ir.ops import lookup
+from ..ir.ops import lookup, view_root
 
 log = logging.getLogger("fusionstitch.runtime")
 
@@ -150,14 +150,6 @@ FRESH_LIBRARY_OPS = frozenset({"convolution.default", "mm.default", "addmm.defau
                                "bmm.default", "baddbmm.default"})
 
 
-def _root(graph, name: str) -> str:
-    """The value whose memory `name` is: through chains of views, their first argument."""
-    node = graph[name]
-    while lookup(node.op).view and node.args and isinstance(node.args[0], Ref):
-        node = graph[node.args[0].name]
-    return node.name
-
-
 def plan_dying_writes(plan: FusionPlan, kernels: dict[int, Kernel],
                       param_writes: dict[int, list[tuple[int, int]]]
                       ) -> dict[int, list[tuple[int, str]]]:
@@ -200,7 +192,7 @@ def plan_dying_writes(plan: FusionPlan, kernels: dict[int, Kernel],
 
 def _dying_hazard(facts, value: str, g, kernel, out_buf, kernels, in_params) -> str | None:
     graph, group_of, order, outputs, users, position = facts
-    root = _root(graph, value)
+    root = view_root(graph, value)
     node = graph[root]
     if not isinstance(node.type, TensorType):
         return "a tuple's element"

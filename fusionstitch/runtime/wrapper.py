@@ -154,10 +154,6 @@ def _tuple_outputs(step) -> bool:
     return any(element is not None for _, element, _, _ in step.outputs)
 
 
-
-
-
-
 def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) -> Callable:
     """`run(inputs, pool, sizes)` for `program` (a Program after its first call):
     `inputs` its tensor inputs (exactly one per parameter), `pool` its call's recycling
