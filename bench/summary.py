@@ -127,7 +127,7 @@ def table(rows: list[dict], variants) -> str:
         ("fs off", "fusionstitch", "tensors_off", "d"),
         ("ind off", "inductor", "tensors_off", "d")]
     cols = [c for c in cols if ind or "ind" not in c[0]]
-    if "fusionstitch_cudagraphs" in variants:
+    if "fusionstitch_cudagraphs" in variants and ind:
         cols[cols.index(("fs/ind", "speedup", "fusionstitch_vs_inductor", ".2f")) + 1:0] = [
             ("fs+cg/ind+cg", "speedup", "fusionstitch_cudagraphs_vs_inductor_cudagraphs", ".2f"),
             ("best fs/best ind", "speedup", "fusionstitch_best_vs_inductor_best", ".2f")]

@@ -148,21 +148,37 @@ class CudaGraph:
         return outs
 
     def capture(self, fn: Callable[[], list], inputs: list) -> list:
-        """Record fn()'s launches (nothing runs); its outputs are the graph's buffers."""
+        """Record fn()'s launches (nothing runs); its outputs are the graph's buffers.
+
+        cuBLAS keeps one workspace per stream, made by the first GEMM and reused by the
+        next: made by the warm-up, outside the pool, a captured GEMM would hold its address
+        while anyone may free it (Inductor's CUDA graphs clear the workspaces and
+        torch.cuda.graph empties the cache: the replay then faulted, "unspecified launch
+        failure", H100, 2026-11-27). Clearing them before capture makes the captured GEMMs
+        allocate theirs in the pool, which stays mapped while a graph uses it; clearing
+        after it keeps later uncaptured GEMMs out of the pool."""
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.device(self.device):
             caller = torch.cuda.current_stream()
+            _clear_cublas_workspaces()
             try:
                 with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
                     outs = fn()
             finally:
                 # torch.cuda.graph's exit leaves its stream current when capture_end raises
                 torch.cuda.set_stream(caller)
+                _clear_cublas_workspaces()
         self.graph = graph
         return outs
 
     def replay(self) -> None:
         self.graph.replay()
+
+
+def _clear_cublas_workspaces() -> None:
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
 
 
 class Uncapturable(Exception):

@@ -442,3 +442,28 @@ def test_gpu_new_input_values_and_kept_outputs():
         torch.testing.assert_close(y, (x0 @ w).relu() * 2)
         torch.testing.assert_close(total, x0.sum())
     assert counters.stats()["cuda_graph_replays"] >= 2
+
+
+@pytest.mark.gpu
+@no_gpu
+def test_gpu_replay_survives_cublas_workspaces_freed_by_others():
+    # Inductor's CUDA graphs clear cuBLAS's workspaces and torch.cuda.graph empties the
+    # cache: a captured GEMM whose workspace was made outside our pool then read freed
+    # memory (unspecified launch failure, bench with both reduce-overhead and ours, H100)
+    fn = torch.compile(lambda x, w: (x @ w).relu(),
+                       backend=fusionstitch.backend(target="cuda", cuda_graphs=True))
+    w = torch.randn(256, 256, device="cuda")
+    x = torch.randn(64, 256, device="cuda")
+    for _ in range(3):
+        fn(x, w)                                    # run, capture, replay
+    counters.reset_stats()
+    torch.cuda.synchronize()
+    torch._C._cuda_clearCublasWorkspaces()
+    torch.cuda.empty_cache()
+    # whatever the freed memory is handed out to next must not be written by a replay
+    filler = [torch.full((8 << 20,), 7.0, device="cuda") for _ in range(8)]
+    for _ in range(3):
+        torch.testing.assert_close(fn(x, w), (x @ w).relu())
+    torch.cuda.synchronize()
+    assert counters.stats()["cuda_graph_replays"] == 3
+    assert all(bool((f == 7.0).all()) for f in filler)
