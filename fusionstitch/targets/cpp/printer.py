@@ -80,7 +80,8 @@ Choices this target makes (where the IR leaves room):
 * lshift/rshift by a negative amount or >= the bit width follow torch (0, or the
   sign fill for rshift).
 * Math functions (exp, log, sin, erf, pow, ...) call glibc's libmvec where it has
-  them (`vecmath.py`: vectorised loops call its vector variants, within 4 ulp).
+  them (`vecmath.py`: within 4 ulp; every call, vector or scalar, through one variant,
+  so a value computed twice has the same bits).
   Without libmvec, `exp`, `tanh` and `erf` of f32 (and half) values are branch-free
   functions of the preamble so that loops calling them vectorise: exp is Sleef's
   expf_u10 algorithm (~1 ulp, like torch's vectorised exp), tanh Cephes' tanhf
@@ -784,8 +785,8 @@ def compile_cpu(kernels: list[Kernel]) -> list[Callable[[list[torch.Tensor], lis
                            f'\nextern "C" void {sym}_packed(const int64_t* a) '
                            f'{{ fs::call_packed({sym}, a); }}\n')
         symbols.append(sym)
-    source = "\n".join([PREAMBLE, vecmath.declarations()]
-                       + [src for _, src in unique.values()])
+    bodies = [src for _, src in unique.values()]
+    source = "\n".join([PREAMBLE, vecmath.declarations("\n".join(bodies))] + bodies)
     pyentry.warm()                # (its first build overlaps this one)
     lib = load_library(len(unique), source, vecmath.link_flags())
     funcs = {}

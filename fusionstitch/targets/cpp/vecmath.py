@@ -5,9 +5,10 @@ vectorise: the call runs once per element, 10-20x slower than the loop around it
 (cartpole's kernel spent 99 ms of 100 ms in scalar `sinf`/`cosf`). glibc ships
 vector variants of these functions in libmvec (`_ZGVdN8v_sinf` computes 8 floats
 in AVX2 registers), the ones `-ffast-math` code calls. GCC calls them from a
-vectorised loop when the scalar function is declared `simd`; we declare our own
-names for them (`fs_mv_sinf`, bound to the symbol `sinf` with an asm label), so a
-scalar call still goes to libm and only vectorised loops use the vector variants.
+vectorised loop when the scalar function is declared `simd`. We declare our own
+names (`fs_mv_sinf`, bound to our symbol `fs_lane_sinf`) and define its scalar and
+vector entry points to call one libmvec variant, so that a value's bits do not depend
+on where its element falls in a loop (see `declarations`).
 
 Measured on this machine (4M floats, one thread): sinf 43 -> 3.0 ms, logf 13.6 ->
 3.1 ms, erff 80 -> 3.1 ms; the variants are within 4 ulp of the exact result
@@ -97,22 +98,124 @@ def function(name: str, dtype: str) -> str | None:
     return f"fs_mv_{cname}" if cname in available() else None
 
 
-def declarations() -> str:
-    """The C++ declarations of the `fs_mv_*` names (empty without libmvec)."""
+# The variants every call may go through (see declarations), with the preprocessor
+# condition that allows each, in order of preference: AVX-512's only where GCC vectorises
+# with 512-bit vectors (`_one_order`), else the widest the build's -march allows.
+_ONE = (("e", "defined(__AVX512F__)"), ("d", "defined(__AVX2__)"), ("c", "defined(__AVX__)"),
+        ("b", "1"))
+
+
+@lru_cache(maxsize=8)
+def _prefers_512(cxx: tuple[str, ...]) -> bool:
+    """Whether GCC's -march=native here vectorises with 512-bit vectors: AVX-512F on and no
+    preferred width below 512 (GCC tunes some AVX-512 CPUs to prefer 256 bits)."""
+    try:
+        q = subprocess.run([*cxx, "-march=native", "-Q", "--help=target"], capture_output=True,
+                           text=True, timeout=60, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    opts = dict(line.split(None, 1) for line in q.splitlines()
+                if line.strip().startswith("-m") and len(line.split(None, 1)) == 2)
+    return opts.get("-mavx512f", "").strip() == "[enabled]" and \
+        opts.get("-mprefer-vector-width=", "none").strip() in ("none", "512")
+
+
+def _one_order() -> tuple[tuple[str, str], ...]:
+    cxx = tuple(build.compiler())
+    return _ONE if _prefers_512(cxx) else _ONE[1:]
+
+
+# The variants GCC may call from a vectorised loop, with the condition that lets it.
+_CALLERS = (("b", "1"), ("c", "defined(__AVX__)"), ("d", "defined(__AVX2__)"),
+            ("e", "defined(__AVX512F__)"))
+_LANES = {dt: dict(v) for dt, v in _VARIANTS.items()}
+
+
+def _vtype(dt: str, lanes: int) -> str:
+    return f"fs_{dt}x{lanes}"
+
+
+def declarations(source: str | None = None) -> str:
+    """The C++ declarations of the `fs_mv_*` names (empty without libmvec); with
+    `source`, only of those it calls (each costs the compiler five small functions).
+
+    One value, one result: every call of a function, in any loop, goes through the same
+    libmvec variant. GCC calls a vector variant per vector width it uses (one loop may
+    run AVX-512's `_ZGVeN16v_log1pf` on its body, AVX2's `_ZGVdN8v_log1pf` on a vectorised
+    epilogue and the scalar `log1pf` on the last elements), and these give different bits
+    for some inputs (within libmvec's 4 ulp). A value computed in two loops (the pass of a
+    reduction and its epilogue, or two kernels) then differs with its position, and
+    `x == amin(x)` over a dim of 1 came out false (the dynamic fuzzer, 2026-11-27). So
+    `fs_mv_<f>` names our own symbol `fs_lane_<f>`, whose scalar and every vector variant
+    GCC may call are defined here, each calling the one variant `_ONE` picks for this
+    build (AVX-512's where GCC vectorises with it, else AVX2's, ...): a lane's result
+    depends on its value alone, and the loops' main bodies call that variant directly."""
     names = available()
     if not names:
         return ""
-    lines = ["// glibc's libmvec: vectorised loops call its variants (_ZGVdN8v_sinf, ...),",
-             "// scalar code the C library function itself (see targets/cpp/vecmath.py)"]
-    for name in UNARY + BINARY:
-        for dt in ("f32", "f64"):
-            cname = name + _SUFFIX[dt]
-            if cname in names:
-                ct = _CTYPE[dt]
-                params = f"{ct}, {ct}" if name in BINARY else ct
-                lines.append(f'extern "C" __attribute__((simd("notinbranch"), const, nothrow, leaf)) '
-                             f'{ct} fs_mv_{cname}({params}) __asm__("{cname}");')
+    hidden = '__attribute__((visibility("hidden")))'
+    lines = ["// glibc's libmvec, one variant for every call (targets/cpp/vecmath.py)"]
+    for dt, ct in _CTYPE.items():
+        for lanes in sorted({n for _, n in _VARIANTS[dt]}):
+            lines.append(f"typedef {ct} {_vtype(dt, lanes)} "
+                         f"__attribute__((vector_size({lanes * (4 if dt == 'f32' else 8)})));")
+    for k, (one, cond) in enumerate(_one_order()):
+        lines.append(("#if " if k == 0 else "#elif ") + cond)
+        for name in UNARY + BINARY:
+            for dt in ("f32", "f64"):
+                cname = name + _SUFFIX[dt]
+                if cname in names and (source is None or f"fs_mv_{cname}(" in source):
+                    lines += _one_function(name, cname, dt, one, hidden)
+    lines.append("#endif")
     return "\n".join(lines) + "\n"
+
+
+def _one_function(name: str, cname: str, dt: str, one: str, hidden: str) -> list[str]:
+    """The declarations and definitions of fs_mv_<cname>: scalar and vector entry points,
+    all through libmvec's variant `one`."""
+    ct, binary = _CTYPE[dt], name in BINARY
+    n = _LANES[dt][one]
+    vt = _vtype(dt, n)
+    p = "vv" if binary else "v"
+    lib = f"_ZGV{one}N{n}{p}_{cname}"
+    args = ("x", "y") if binary else ("x",)
+
+    def params(t):
+        return ", ".join(f"{t} {a}" for a in args)
+    out = [f'extern "C" __attribute__((simd("notinbranch"), const, nothrow, leaf)) '
+           f'{ct} fs_mv_{cname}({", ".join([ct] * len(args))}) __asm__("fs_lane_{cname}");',
+           f'extern "C" {vt} {lib}({", ".join([vt] * len(args))});',
+           f'extern "C" {hidden} {ct} fs_lane_{cname}({params(ct)}) {{',
+           f"  {vt} " + ", ".join(f"v{a}" for a in args) + ";",
+           f"  for (int i = 0; i < {n}; ++i) {{ " + " ".join(f"v{a}[i] = {a};" for a in args) + " }",
+           f"  return {lib}({', '.join('v' + a for a in args)})[0];", "}"]
+    for caller, cond in _CALLERS:
+        m = _LANES[dt][caller]
+        wt = _vtype(dt, m)
+        out.append(f"#if {cond}")
+        out.append(f'extern "C" {hidden} {wt} _ZGV{caller}N{m}{p}_fs_lane_{cname}({params(wt)}) {{')
+        if m == n:
+            out.append(f"  return {lib}({', '.join(args)});")
+        elif m == 2 * n:
+            # a wider caller (AVX-512's, where `one` is AVX2's): two calls, joined
+            lo, hi = (", ".join(str(c + i) for i in range(n)) for c in (0, n))
+            out += [f"  {vt} lo = {lib}("
+                    + ", ".join(f"__builtin_shufflevector({a}, {a}, {lo})" for a in args) + ");",
+                    f"  {vt} hi = {lib}("
+                    + ", ".join(f"__builtin_shufflevector({a}, {a}, {hi})" for a in args) + ");",
+                    "  return __builtin_shufflevector(lo, hi, "
+                    + ", ".join(str(k) for k in range(m)) + ");"]
+        elif m < n:
+            # a narrower caller: its lanes repeated to the variant's width (every lane a
+            # real argument, so no special path for a made-up value), the first ones kept
+            rep = ", ".join(str(i % m) for i in range(n))
+            out.append(f"  {vt} r = {lib}("
+                       + ", ".join(f"__builtin_shufflevector({a}, {a}, {rep})" for a in args)
+                       + ");")
+            out.append("  return __builtin_shufflevector(r, r, "
+                       + ", ".join(str(i) for i in range(m)) + ");")
+        out += ["}", "#endif"]
+    return out
 
 
 def link_flags() -> tuple[str, ...]:
