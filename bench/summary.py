@@ -169,7 +169,7 @@ def markdown(result: dict) -> str:
     lines += [f"- geomean speed-up {k.removeprefix('geomean_speedup_').replace('_', ' ')}: "
               f"{x:.2f}x" for k, x in s.items() if k.startswith("geomean_speedup_") and x]
     mism = s.get("fusionstitch_mismatches") or []
-    lines += [f"- fusionstitch matches eager (bench/judge.py): "
+    lines += ["- fusionstitch matches eager (bench/judge.py): "
               + ("yes, every workload" if not mism else f"no: {', '.join(mism)}"),
               f"- failed variants: {', '.join(s['failed']) if s.get('failed') else 'none'}",
               "", "Columns: medians in ms; speed-ups are eager's median over the variant's "

@@ -187,7 +187,10 @@ def _one_function(name: str, cname: str, dt: str, one: str, hidden: str) -> list
            f'extern "C" {vt} {lib}({", ".join([vt] * len(args))});',
            f'extern "C" {hidden} {ct} fs_lane_{cname}({params(ct)}) {{',
            f"  {vt} " + ", ".join(f"v{a}" for a in args) + ";",
-           f"  for (int i = 0; i < {n}; ++i) {{ " + " ".join(f"v{a}[i] = {a};" for a in args) + " }",
+           # x in lane 0, 1 in the others: a lane's result depends on its value alone, and
+           # a made-up 1 takes no slow path (x in every lane would take it n times)
+           f"  for (int i = 0; i < {n}; ++i) {{ "
+           + " ".join(f"v{a}[i] = i == 0 ? {a} : {ct}(1);" for a in args) + " }",
            f"  return {lib}({', '.join('v' + a for a in args)})[0];", "}"]
     for caller, cond in _CALLERS:
         m = _LANES[dt][caller]
