@@ -106,8 +106,8 @@ def partitioner(target=None) -> dict:
     whose kernels `target` (a Target, or None: unknown) generates.
 
     FUSIONSTITCH_PARTITION picks it:
-    - `auto` (the default): `default` for now (see below: a kernel may compute a
-      transcendental twice and compare the two, and `exact` moves comparisons there);
+    - `auto` (the default): `exact` where the target's kernels give a value the same bits
+      wherever they compute it (`Target.exact_arithmetic`: cpu), else `default`;
     - `exact`: AOTAutograd's min-cut rematerialisation partitioner (Inductor's), the
       backward recomputing only values it gets back bit for bit (frontend/recompute.py);
       the forward saves fewer activations (lstm 0.287 -> 0.271 ms, gpt2_train 0.904 ->
@@ -125,13 +125,11 @@ def partitioner(target=None) -> dict:
         raise ValueError(f"FUSIONSTITCH_PARTITION={choice!r}: expected 'auto', 'exact', "
                          "'mincut' or 'default'")
     if choice == "auto":
-        # `default` for now, on every target: the dynamic fuzzer found a kernel that
-        # computes one transcendental twice, in a vector loop and in a scalar one, and
-        # compares the two (log1p(x) == its amin over a dim of 1, symbolic sizes: a wrong
-        # mask, a NaN gradient). `exact` moves such comparisons from the backward into
-        # the forward's kernels, where that happens; it is the choice again once a kernel
-        # computes a value once (`Target.exact_arithmetic` says where it may apply)
-        choice = "default"
+        # (`exact` was opt-in from bc0a0d5 to 6c5087a: kernels computed a libm function
+        # with different libmvec variants in a loop's body, epilogue and tail, so a value
+        # computed twice could differ from itself, and `exact` moves comparisons into the
+        # forward's kernels; targets/cpp/vecmath.py now calls one variant everywhere)
+        choice = "exact" if getattr(target, "exact_arithmetic", False) else "default"
     if choice == "default" or importlib.util.find_spec("networkx") is None:
         return {}       # (the min-cut solver needs networkx, a dependency of ours)
     if choice == "exact":

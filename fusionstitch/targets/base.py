@@ -61,8 +61,11 @@ class Target:
     # print here; elsewhere those ops run through torch
     scatter_kernels: bool = False
     # every kernel computes an IEEE operation (+ - * / sqrt, comparisons, casts) with the
-    # same bits, in vector and scalar code alike (no FMA contraction): a training graph's
-    # backward may then recompute such forward values (frontend/recompute.py)
+    # same bits, in vector and scalar code alike (no FMA contraction), and a library
+    # function (log1p, sin, ...) with the same bits wherever an element falls in a loop
+    # (targets/cpp/vecmath.py): a training graph's backward may then recompute such
+    # forward values (frontend/recompute.py), and a value recomputed in the same graph
+    # compares equal to itself
     exact_arithmetic: bool = False
     # limits: a fused kernel may recompute up to this factor of its parts' own ops
     # (XLA's code-duplication rule; None: no limit)

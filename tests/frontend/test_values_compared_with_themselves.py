@@ -15,7 +15,11 @@ import torch
 
 import fusionstitch
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+no_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+no_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+# the cuda target's kernels (Triton: LLVM may contract a*b+c into an FMA in one kernel and
+# not in another) are checked where a GPU is lent
+TARGETS = [pytest.param("cpu", marks=no_gxx), pytest.param("cuda", marks=[pytest.mark.gpu, no_gpu])]
 
 FUNCTIONS = {
     "log1p": lambda a: torch.log1p(a.abs()), "log": lambda a: torch.log(a.abs() + 1e-3),
@@ -33,10 +37,11 @@ def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("FUSIONSTITCH_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
-def test_value_equals_its_amin_over_a_dim_of_one(name, dtype, dynamic):
+def test_value_equals_its_amin_over_a_dim_of_one(name, dtype, dynamic, target):
     f = FUNCTIONS[name]
 
     def fn(a):
@@ -45,11 +50,11 @@ def test_value_equals_its_amin_over_a_dim_of_one(name, dtype, dynamic):
         return m.view(a.shape[0], a.shape[1], 1, a.shape[3]) == v, v
 
     torch._dynamo.reset()
-    compiled = torch.compile(fn, backend=fusionstitch.backend(target="cpu"), dynamic=dynamic)
+    compiled = torch.compile(fn, backend=fusionstitch.backend(target=target), dynamic=dynamic)
     g = torch.Generator().manual_seed(0)
     shapes = [(1, n, 1, k) for n, k in ((4, 2), (3, 17), (5, 9), (2, 33), (7, 40))]
     for shape in shapes if dynamic else shapes[1:3]:
-        a = torch.randn(shape, generator=g, dtype=dtype)
+        a = torch.randn(shape, generator=g, dtype=dtype).to(target)
         mask, v = compiled(a)
         assert bool(mask.all()), (name, shape, int((~mask).sum()))
         torch.testing.assert_close(v, f(a))     # (the value itself: within libm's ulps)
