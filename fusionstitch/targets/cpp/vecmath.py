@@ -194,6 +194,8 @@ def _one_function(name: str, cname: str, dt: str, one: str, hidden: str) -> list
            f"  return {lib}({', '.join('v' + a for a in args)})[0];", "}"]
     for caller, cond in _CALLERS:
         m = _LANES[dt][caller]
+        if m > 2 * n:
+            continue      # (AVX-512 without AVX2: no such CPU; GCC would call nothing here)
         wt = _vtype(dt, m)
         out.append(f"#if {cond}")
         out.append(f'extern "C" {hidden} {wt} _ZGV{caller}N{m}{p}_fs_lane_{cname}({params(wt)}) {{')
@@ -208,7 +210,7 @@ def _one_function(name: str, cname: str, dt: str, one: str, hidden: str) -> list
                     + ", ".join(f"__builtin_shufflevector({a}, {a}, {hi})" for a in args) + ");",
                     "  return __builtin_shufflevector(lo, hi, "
                     + ", ".join(str(k) for k in range(m)) + ");"]
-        elif m < n:
+        else:
             # a narrower caller: its lanes repeated to the variant's width (every lane a
             # real argument, so no special path for a made-up value), the first ones kept
             rep = ", ".join(str(i % m) for i in range(n))
