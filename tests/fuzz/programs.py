@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 
 import hypothesis.strategies as st
@@ -72,8 +73,26 @@ class Program:
                         for i in d["inputs"]], d["body"], d["outputs"],
                        d.get("tolerance", {}), d.get("train", False), d.get("seed", 0))
 
+    def live(self) -> "Program":
+        """The program without the statements no output depends on (torch.compile drops
+        them: AOTAutograd's dead-code elimination, for every backend). An in-place update
+        is kept with what it reads (it may write a live value through a view)."""
+        live = set(self.outputs)
+        kept = []
+        for s in reversed(self.body):
+            target, _, expr = s.partition(" = ")
+            inplace = not expr
+            if inplace or target.strip() in live:
+                live.update(_NAMES.findall(s))
+                kept.append(s)
+        return Program(self.inputs, kept[::-1], self.outputs, self.tolerance, self.train,
+                       self.seed)
+
     def __repr__(self) -> str:   # what hypothesis prints for a falsifying example
         return f"Program.from_json({self.to_json()!r})"
+
+
+_NAMES = re.compile(r"\b[av]\d+\b")
 
 
 # --- the typed environment ---------------------------------------------------------------
