@@ -178,10 +178,10 @@ def check(prog: Program, target: str = "cpu", dynamic: bool = False) -> str | No
             # dead-code elimination, for every backend): judge against the live part
             live = p.live()
             if live.body != p.body:
-                eager = run(live, function(live), inputs)
-                ref = run(live, function(live), inputs, float64=True)
+                live_fn = function(live)
+                eager = run(live, live_fn, inputs)
+                ref = run(live, live_fn, inputs, float64=True)
         why = compare(p, got, eager, ref)
-
         if why is not None:
             sizes = [list(i.shape) for i in p.inputs]
             return f"{why} (inputs of sizes {sizes})" if k else why

@@ -22,6 +22,7 @@ import tempfile
 import threading
 from array import array
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -80,6 +81,16 @@ def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
                           errors="replace", timeout=timeout, check=False)
 
 
+@lru_cache(maxsize=8)
+def native_options(cxx: tuple[str, ...]) -> str | None:
+    """What `-march=native` turns on for the compiler `cxx` (its `-Q --help=target`
+    report; None when it cannot say), asked once per compiler: the cache key's machine
+    part (`toolchain`) and libmvec's vector width (vecmath.py) read it. OSError or
+    SubprocessError when the compiler does not run."""
+    q = _run([*cxx, "-march=native", "-Q", "--help=target"], 60)
+    return q.stdout if q.returncode == 0 else None
+
+
 def _tail(text: str, n: int = 3000) -> str:
     text = (text or "").strip()
     return text if len(text) <= n else "..." + text[-n:]
@@ -110,8 +121,8 @@ def toolchain(cxx: list[str]) -> tuple[str, str]:
             version = p.stdout.strip().splitlines()[0]
             arch = ""
             if "-march=native" in FLAGS:
-                q = _run([*cxx, "-march=native", "-Q", "--help=target"], 60)
-                arch = digest(q.stdout) if q.returncode == 0 else _cpu_flags()
+                q = native_options(tuple(cxx))
+                arch = digest(q) if q is not None else _cpu_flags()
             got = (version, arch)
         except (OSError, subprocess.SubprocessError) as e:
             got = f"C++ compiler {' '.join(cxx)!r} is not available: {e}"

@@ -110,8 +110,7 @@ def _prefers_512(cxx: tuple[str, ...]) -> bool:
     """Whether GCC's -march=native here vectorises with 512-bit vectors: AVX-512F on and no
     preferred width below 512 (GCC tunes some AVX-512 CPUs to prefer 256 bits)."""
     try:
-        q = subprocess.run([*cxx, "-march=native", "-Q", "--help=target"], capture_output=True,
-                           text=True, timeout=60, check=False).stdout
+        q = build.native_options(cxx) or ""
     except (OSError, subprocess.SubprocessError):
         return False
     opts = dict(line.split(None, 1) for line in q.splitlines()
