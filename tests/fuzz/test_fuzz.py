@@ -6,6 +6,10 @@ on request:
 
     FUSIONSTITCH_FUZZ_EXAMPLES=5000 python -m pytest tests/fuzz -q
 
+and other programs than the ones CI draws (a different deterministic stream per seed):
+
+    FUSIONSTITCH_FUZZ_SEED=7 FUSIONSTITCH_FUZZ_EXAMPLES=2000 python -m pytest tests/fuzz -q
+
 A failure prints a one-line repro (`python tests/fuzz/check.py '<json>'`); each bug found
 is kept as a regression program in `regressions.py`, which every run checks first.
 """
@@ -15,7 +19,7 @@ import os
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from check import check, repro_line
 from programs import Program, programs
@@ -26,6 +30,8 @@ EXAMPLES = int(os.environ.get("FUSIONSTITCH_FUZZ_EXAMPLES", "0") or 0)
 # shrinking recompiles hundreds of variants of a failing program (minutes each): on request
 SHRINK = os.environ.get("FUSIONSTITCH_FUZZ_SHRINK", "") not in ("", "0")
 PHASES = [Phase.explicit, Phase.generate] + ([Phase.shrink] if SHRINK else [])
+# unset: each test's own derandomized stream (CI's); a number: another fixed stream
+SEED = os.environ.get("FUSIONSTITCH_FUZZ_SEED", "").strip()
 
 
 @pytest.fixture(autouse=True)
@@ -36,9 +42,12 @@ def _strict(monkeypatch):
 
 
 def _fuzz(count: int):
-    return settings(max_examples=EXAMPLES or count, derandomize=True, database=None,
-                    deadline=None, print_blob=False, phases=PHASES,
-                    suppress_health_check=list(HealthCheck))
+    chosen = settings(max_examples=EXAMPLES or count, derandomize=True, database=None,
+                      deadline=None, print_blob=False, phases=PHASES,
+                      suppress_health_check=list(HealthCheck))
+    if not SEED:
+        return chosen
+    return lambda test: seed(int(SEED))(chosen(test))   # hypothesis: a seed beats derandomize
 
 
 def _assert_ok(prog: Program, target: str, dynamic: bool = False) -> None:
