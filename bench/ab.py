@@ -15,6 +15,12 @@ fusionstitch's: below 1, we are slower).
 With more than one torch thread the other threads' time is not counted: keep
 ``--threads 1`` (the default) for thread-time numbers.
 
+The variant ``floor`` (`bench.run.floor_backend`) compiles the step with graphs that
+replay their first outputs: what is left is what no backend avoids (Dynamo's guards,
+AOTAutograd's runtime, the autograd engine, the step's Python). With it, ``graphs``
+prints each backend's step less the floor (the time its graphs cost) and ``best
+possible``: Inductor's step over the floor, the most any backend could gain over it.
+
 A variant may carry environment settings for its compilation and warm-up steps (what a
 knob read when a program is built decides): ``fusionstitch:FUSIONSTITCH_CHAIN=0`` against
 ``fusionstitch`` times the same backend with and without kernel chains, side by side.
@@ -59,6 +65,12 @@ def ab(workload: str, variants=("eager", "fusionstitch", "inductor"), rounds: in
     out = {"workload": workload, "size": size, "rounds": rounds, "median_ms": med}
     if "fusionstitch" in med and "inductor" in med:
         out["fs_over_inductor"] = med["inductor"] / med["fusionstitch"]
+        if "floor" in med:   # the graphs' own time: the step's less what no backend avoids
+            own = {v: med[v] - med["floor"] for v in ("fusionstitch", "inductor")}
+            out["graphs_ms"] = own
+            if own["fusionstitch"] > 0 and own["inductor"] > 0:
+                out["fs_over_inductor_graphs"] = own["inductor"] / own["fusionstitch"]
+            out["best_possible_over_inductor"] = med["inductor"] / med["floor"]
     return out
 
 
@@ -81,6 +93,10 @@ def main(argv=None) -> int:
         base = r["median_ms"][variants[0]]
         cols = "  ".join(f"{v} {ms:.3f} ms ({base / ms:.2f}x)" for v, ms in r["median_ms"].items())
         extra = f"  fs/ind {r['fs_over_inductor']:.2f}" if "fs_over_inductor" in r else ""
+        if "graphs_ms" in r:
+            g = r["graphs_ms"]
+            extra += (f"  graphs fs {g['fusionstitch']:.3f} / ind {g['inductor']:.3f} ms"
+                      f"  best possible {r['best_possible_over_inductor']:.2f}x ind")
         print(f"{w}: {cols}{extra}", flush=True)
         if a.json:
             with open(a.json, "a") as f:

@@ -165,6 +165,38 @@ def inductor_error() -> str | None:
         return f"{type(e).__name__}: {e}".splitlines()[0][:300]
 
 
+# --- The floor: a step whose graphs cost nothing ---------------------------------------
+def _replay(graph, boxed: bool = False):
+    """``graph``'s outputs of its first call, returned again at every later call;
+    ``boxed``: called with one list (AOTAutograd's convention), else with the arguments."""
+    first = []
+
+    def replay(*args):
+        if not first:
+            first.append(graph(*(args[0] if boxed else args)))
+        return first[0]
+    replay._boxed_call = boxed
+    return replay
+
+
+def floor_backend(gm, example_inputs):
+    """A torch.compile backend whose graphs cost (almost) nothing: each returns the
+    outputs of its first call again, whatever its inputs (wrong values from the second
+    step on: for timing only). A step compiled with it pays only what no backend can
+    avoid: Dynamo's guards and frame, AOTAutograd's runtime and the autograd engine
+    where the graph needs gradients (forward and backward graphs replayed alike), the
+    step's own Python. ``step(floor) / step(backend)`` is the most any backend could
+    gain; ``step(backend) - step(floor)`` is the time a backend's graphs cost."""
+    import torch
+    needs_grad = torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+    if not needs_grad:
+        return _replay(gm)
+    from torch._dynamo.backends.common import aot_autograd
+    return aot_autograd(fw_compiler=lambda g, _: _replay(g, boxed=True),
+                        bw_compiler=lambda g, _: _replay(g, boxed=True))(gm, example_inputs)
+
+
 # --- One variant of one workload -----------------------------------------------------
 def _compile(variant: str, fn, target: str, sink: list | None = None):
     import torch
@@ -176,6 +208,8 @@ def _compile(variant: str, fn, target: str, sink: list | None = None):
         return torch.compile(fn)
     if variant == "inductor_cudagraphs":
         return torch.compile(fn, mode="reduce-overhead")
+    if variant == "floor":
+        return torch.compile(fn, backend=floor_backend)
     return torch.compile(fn, backend=fusionstitch.backend(
         strategy="stitch", target=target, cuda_graphs=variant == "fusionstitch_cudagraphs",
         _sink=sink))

@@ -11,6 +11,7 @@ import torch
 from torch.profiler import profile
 
 import fusionstitch
+from fusionstitch.frontend import graph_cache
 from fusionstitch.runtime.cache import clear_memory_caches
 
 
@@ -171,3 +172,30 @@ def test_the_update_of_a_step_written_by_hand_copies_nothing_back():
     f(w, loss, g)
     assert [hasattr(fn, "compiled_graph") for fn in returned] == [True]
     assert copies(f, w, loss, g) == 0
+
+
+def test_grad_mode_is_off_inside_and_back_after_a_call_and_after_a_raise():
+    """The lean wrapper runs the graph with grad mode off (as AOTAutograd's, under
+    torch.no_grad) and leaves the caller's mode as it found it, also when the graph
+    raises (an index out of range, found by our kernel)."""
+    def pick(x, i):
+        return x[i] * 2
+    x = torch.randn(8)
+    f, returned = spied(pick)
+    torch.testing.assert_close(f(x, torch.tensor([1, 7])), x[[1, 7]] * 2)
+    assert hasattr(returned[0], "compiled_graph"), "AOTAutograd's wrapper, not the lean one"
+    assert torch.is_grad_enabled()
+    with pytest.raises((IndexError, RuntimeError), match="index"):
+        f(x, torch.tensor([1, 8]))
+    assert torch.is_grad_enabled()
+    with torch.no_grad():
+        torch.testing.assert_close(f(x, torch.tensor([0, 2])), x[[0, 2]] * 2)
+        assert not torch.is_grad_enabled()
+    seen, inner = [], returned[0].compiled_graph
+
+    def probe(args):   # what the graph sees: grad mode off
+        seen.append(torch.is_grad_enabled())
+        return inner(args)
+    run = graph_cache._runner(probe, [], 0)   # the same wrapper around a probe
+    torch.testing.assert_close(run(x, torch.tensor([3, 4]))[0], x[[3, 4]] * 2)
+    assert seen == [False] and torch.is_grad_enabled()
