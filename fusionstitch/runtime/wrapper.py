@@ -28,6 +28,10 @@ instead, with the values it would have got). Two savings of Inductor's wrapper a
 a view at offset 0 that only such launches read is its source (a launch reads a data
 pointer, never strides), and an output takes the memory of a dead value of its shape
 and dtype that only launches read (`_Source.allocate`, FUSIONSTITCH_REUSE=0 turns it off).
+And one of its own: consecutive small kernels run as one native call (a chain), and a
+value that a chain's kernel writes and only its later kernels read, dead once the chain
+returns, is no tensor at all: it lives in the calling thread's scratch, which the
+chain's target places (`_temporaries`; FUSIONSTITCH_CHAIN_SCRATCH=0 allocates them).
 
 Behaviour is the program's own: the same steps in the same order, the same values
 dropped after the same steps (recyclable ones through `Program._drop`, so the pool
@@ -46,6 +50,8 @@ from __future__ import annotations
 
 import math
 import operator
+import re
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -215,15 +221,28 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
     # one may read its output), their launch waits for the chain's end (`flush`)
     chain: list[tuple] = []
 
+    # what a chain's kernels allocated where it stands (`_Fresh`), candidates for its
+    # scratch; `start`: the first line of the chain's buffers
+    fresh: list = []
+    start = [0]
+
     def join(step, dead, i) -> None:
-        args = _chain_buffers(src, step, len(chain), layouts)
+        if not chain:
+            start[0] = len(src.lines)
+        args = _chain_buffers(src, step, len(chain), layouts, fresh)
         chain.append((step, position, dead, i, args))
 
     def flush() -> None:
         nonlocal position
         if not chain:
             return
-        _launch_chain(src, [c[0] for c in chain], [c[4] for c in chain])
+        gone = {d for c in chain for d in c[2]} - set(keep) - set(recycled)
+        temps = _temporaries(src, fresh, gone, start[0]) if scratching() else []
+        if _launch_chain(src, [c[0] for c in chain], [c[4] for c in chain], temps):
+            for t in temps:
+                if t.slot is not None:
+                    src.owned.pop(t.slot, None)   # no tensor: none for a later output
+        fresh.clear()
         here = position
         for _, at, dead, i, _ in chain:  # drops wait for the chain: its kernels read them
             position = at
@@ -296,7 +315,8 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
         src.emit("return [" + "".join(src.expr(o, slot_type) + ", "
                                       for o in program.outputs) + "]")
     src.unused_releases()
-    text = "def run(inputs, pool, sizes):\n" + "\n".join(src.lines) + "\n"
+    text = "def run(inputs, pool, sizes):\n" + "\n".join(line for line in src.lines
+                                                        if line is not _MOVED) + "\n"
     namespace = dict(src.names)
     namespace["empty"] = torch.empty
     exec(compile(text, f"<fusionstitch program {id(program):x}>", "exec"), namespace)
@@ -546,9 +566,11 @@ def _input(src: _Source, layouts: dict, slot: int, element) -> str:
     return f"values[{slot}]" + ("" if element is None else f"[{element!r}]")
 
 
-def _chain_buffers(src: _Source, step, j: int, layouts: dict) -> list[str]:
+def _chain_buffers(src: _Source, step, j: int, layouts: dict, fresh: list) -> list[str]:
     """The buffers of the `j`th kernel of a chain, its outputs allocated (and in `values`,
-    for the views and kernels after it): the names of its arguments."""
+    for the views and kernels after it): the names of its arguments. Appends to `fresh`
+    the buffers allocated anew here (a `_Fresh` each: where the chain's scratch may hold
+    them instead)."""
     args = []
     for k, (slot, element) in enumerate(step.inputs):
         src.emit(f"a{j}_{k} = {_input(src, layouts, slot, element)}")
@@ -556,14 +578,81 @@ def _chain_buffers(src: _Source, step, j: int, layouts: dict) -> list[str]:
         args.append(f"a{j}_{k}")
     device = src.name("DEV", step.device)
     for k, ((slot, _, shape, _), dt) in enumerate(zip(step.outputs, step.torch_dtype)):
-        src.emit(f"o{j}_{k} = values[{slot}] = "
-                 f"{_new_output(src, step, k, slot, shape, dt, device)}")
+        made = _new_output(src, step, k, slot, shape, dt, device)
+        if made.startswith("ES"):       # `_empty`'s (not the pool's, not a dead value's)
+            fresh.append(_Fresh(j, len(args), slot, len(src.lines), _nbytes(shape, dt)))
+        src.emit(f"o{j}_{k} = values[{slot}] = {made}")
         args.append(f"o{j}_{k}")
     for k, (shape, dt) in enumerate(step.scratch):
-        src.emit(f"s{j}_{k} = {_empty(src, shape, dt, step.device, device)}")
+        made = _empty(src, shape, dt, step.device, device)
+        if made.startswith("ES"):
+            fresh.append(_Fresh(j, len(args), None, len(src.lines), _nbytes(shape, dt)))
+        src.emit(f"s{j}_{k} = {made}")
         args.append(f"s{j}_{k}")
     src.locals.update(args)
     return args
+
+
+def _nbytes(shape, dt) -> int:
+    return math.prod(int(d) for d in shape) * dt.itemsize
+
+
+# A line taken out of the code where it stood (moved to the chain's `else` branch)
+_MOVED = None
+
+
+@dataclass
+class _Fresh:
+    """A buffer a chain's `j`th kernel gets as its argument `position`, allocated anew at
+    `line`: an output (of `slot`) or a kernel's scratch (slot None), `nbytes` long; and,
+    once it is one of the chain's temporaries (`_temporaries`), the arguments of later
+    kernels that read it ((kernel, position, line) each)."""
+    j: int
+    position: int
+    slot: int | None
+    line: int
+    nbytes: int
+    readers: list = field(default_factory=list)
+
+
+def scratching() -> bool:
+    """FUSIONSTITCH_CHAIN_SCRATCH=0 allocates a chain's temporaries as tensors (the A/B)."""
+    return env_flag_default("FUSIONSTITCH_CHAIN_SCRATCH", True)
+
+
+def _temporaries(src: _Source, fresh: list, gone: set, start: int) -> list:
+    """The buffers of a pending chain that may live in its scratch (build.chain) rather
+    than in tensors: a kernel's scratch, and an output that is dead once the chain ran
+    (`gone`: dropped by its steps, not kept for a view, not offered to the pool) and
+    that nothing but the chain's own kernels reads: in the code since the chain's
+    first buffer (`start`), `values[slot]` stands in its allocation and in arguments
+    of later kernels of the chain (`a<j>_<k> = values[slot]`) only. A view of it, an op
+    reading it, anything else keeps it a tensor."""
+    temps = []
+    for f in fresh:
+        if f.slot is None:
+            temps.append(f)
+            continue
+        if f.slot not in gone:
+            continue
+        ref = f"values[{f.slot}]"
+        readers, ok = [], True
+        for at in range(start, len(src.lines)):
+            line = src.lines[at]
+            if line is _MOVED or ref not in line or at == f.line:
+                continue
+            m = _READER.fullmatch(line)
+            if m is None or m.group(3) != str(f.slot) or int(m.group(1)) <= f.j:
+                ok = False
+                break
+            readers.append((int(m.group(1)), int(m.group(2)), at))
+        if ok:
+            f.readers = readers
+            temps.append(f)
+    return temps
+
+
+_READER = re.compile(r"    a(\d+)_(\d+) = values\[(\d+)\]")
 
 
 def _new_output(src: _Source, step, k: int, slot: int, shape, dt, dev_name: str) -> str:
@@ -575,35 +664,60 @@ def _new_output(src: _Source, step, k: int, slot: int, shape, dt, dev_name: str)
     return src.allocate(slot, shape, dt, step.device, dev_name)
 
 
-def _launch_chain(src: _Source, steps: list, args: list[list[str]]) -> None:
+def _launch_chain(src: _Source, steps: list, args: list[list[str]], temps: list) -> bool:
     """The launches of a chain's kernels (`args`: each one's buffers, made by
     `_chain_buffers`): one call of their target's chain, which checks at each call that
     no step's `run` was replaced since (a profiler, a test wraps them) and launches them
     one by one if one was; one by one too where there is one kernel, or the target
     refuses the chain. A chain with a `direct` entry (targets/cpp/pyentry.py) is called
-    with the buffers as its arguments, no list built."""
+    with the buffers as its arguments, no list built.
+
+    `temps` (`_temporaries`): buffers the chain's call keeps in its scratch instead (its
+    target's `chain` places them, no tensor is allocated); their allocations, and the
+    arguments that read them, move to the one-by-one branch, which needs tensors.
+    Returns whether they did (False: no chain call, or one refusing the scratch)."""
     runs = [s.run for s in steps]
-    fn = runs[0].chain(runs, [list(s.fixed_syms()) for s in steps]) if len(steps) > 1 \
-        else None
+    syms = [list(s.fixed_syms()) for s in steps]
+    fn = None
+    if len(steps) > 1 and temps:
+        fn = runs[0].chain(runs, syms, [(t.nbytes, ((t.j, t.position),) + tuple(
+            (j, position) for j, position, _ in t.readers)) for t in temps])
+    placed = fn is not None
+    if fn is None and len(steps) > 1:
+        fn = runs[0].chain(runs, syms)
+    moved: list[str] = []
+    inside = set()
+    if placed:
+        for t in temps:
+            inside.add(args[t.j][t.position])
+            moved.append(src.lines[t.line].strip())
+            src.lines[t.line] = _MOVED
+            for j, position, line in t.readers:
+                inside.add(args[j][position])
+                src.lines[line] = _MOVED
+                moved.append(f"{args[j][position]} = {args[t.j][t.position]}")
     names = [src.name("K", step) for step in steps]
     pad = ""
     if fn is not None:
         src.emit(f"if tuple(map({src.name('RUN', _RUN)}, {src.name('KS', tuple(steps))})) == "
                  f"{src.name('R', tuple(runs))}:")
+        passed = [a for buffers in args for a in buffers if a not in inside]
         direct = getattr(fn, "direct", None)
         if direct is not None:
             entry, head, error = direct
             src.name("CH", fn)      # (alive as long as the code: it owns the chain's table)
-            call = (f"{src.name('CE', entry)}({', '.join(map(repr, head))}, "
-                    f"{', '.join(a for buffers in args for a in buffers)})")
+            call = f"{src.name('CE', entry)}({', '.join(list(map(repr, head)) + passed)})"
             src.emit(f"    if (e := {call}):")
             src.emit(f"        raise {src.name('KE', error)}(e)")
         else:
-            src.emit(f"    {src.name('CH', fn)}([{', '.join(a for b in args for a in b)}])")
+            src.emit(f"    {src.name('CH', fn)}([{', '.join(passed)}])")
         src.emit("else:")
         pad = "    "
+        for line in moved:
+            src.emit(pad + line)
     for j, step in enumerate(steps):
         _call(src, step, names[j], args[j], pad)
+    return placed
 
 
 def _call(src: _Source, step, name: str, args: list[str], pad: str) -> None:

@@ -286,9 +286,12 @@ def runner(cfunc, name: str, checks_errors: bool = False, checks: tuple[str, ...
 
 # arguments of one kernel of a chain, at most (PREAMBLE's FS_CHAIN_ARGS)
 CHAIN_ARGS = 1024
+# scratch bytes of one chain, at most (runtime/wrapper.py's chains stay under 1 MiB of
+# outputs; a table asking for more is refused)
+CHAIN_SCRATCH = 1 << 21
 
 
-def chain(runs: list, syms: list) -> Callable[[list[torch.Tensor]], None] | None:
+def chain(runs: list, syms: list, scratch=()) -> Callable[[list[torch.Tensor]], None] | None:
     """One native call running the kernels of `runs` (runners of this module, made by
     `compile_cpu`) in order, each with its fixed `syms` (PREAMBLE's `fs_chain`):
     `call(buffers)` takes every kernel's buffers, one kernel's after another, and raises
@@ -296,19 +299,34 @@ def chain(runs: list, syms: list) -> Callable[[list[torch.Tensor]], None] | None
     (runtime/wrapper.py) then pay one call together (through pyentry's `chain`, else one
     ctypes call and one argument array): a launch alone costs 0.3-0.7 us of host time in
     a step through pyentry, 2-8 us through ctypes, and a small step has dozens. None when a
-    kernel takes more arguments than a chain passes."""
-    table: list[int] = [len(runs)]
+    kernel takes more arguments than a chain passes, or more scratch than CHAIN_SCRATCH.
+
+    `scratch`: buffers that live in the calling thread's scratch instead (values the
+    chain makes and uses up: PREAMBLE's `fs_chain`), each (bytes, the (kernel, buffer
+    position) pairs that take it); `call` takes the other buffers only."""
+    offsets, scratch_bytes = scratch_layout([n for n, _ in scratch])
+    if scratch_bytes > CHAIN_SCRATCH:
+        return None
+    where: list[dict] = [{} for _ in runs]
+    for (_, users), at in zip(scratch, offsets):
+        for k, position in users:
+            where[k][position] = at
+    table: list[int] = [len(runs), scratch_bytes]
     checks: list[str] = []
     offset = 1                  # p[0] is the error cell, the buffers' pointers follow
-    for run, ys in zip(runs, syms):
+    for run, ys, placed in zip(runs, syms, where):
         cfunc, errors, kchecks = run.native
         n = run.buffers
         if n + len(ys) + 1 > CHAIN_ARGS:
             return None
         table += [ctypes.cast(cfunc, ctypes.c_void_p).value, n, len(ys), int(errors)]
-        table += range(offset, offset + n)
+        for i in range(n):
+            if i in placed:
+                table.append(-placed[i] - 1)
+            else:
+                table.append(offset)
+                offset += 1
         table += ys
-        offset += n
         checks += [c for c in kchecks if c not in checks]
     table_array = array("q", table)
     address = table_array.buffer_info()[0]
@@ -341,11 +359,25 @@ def chain(runs: list, syms: list) -> Callable[[list[torch.Tensor]], None] | None
 
 def kernel_error(code: int, checks: tuple[str, ...] = ()) -> Exception:
     """The exception for error code `code` of a kernel's error cell (1: an integer
-    division by zero, 2: an index out of range, `checks` saying what was checked)."""
+    division by zero, 2: an index out of range, `checks` saying what was checked, 3: a
+    chain's scratch could not be allocated)."""
     if code == 2:
         what = "; ".join(checks) or "an index read from a tensor"
         return IndexError(f"index out of range: {what}")
+    if code == 3:
+        return MemoryError("fusionstitch: no memory for a kernel chain's scratch")
     return RuntimeError("ZeroDivisionError")
+
+
+def scratch_layout(sizes: list[int]) -> tuple[list[int], int]:
+    """Byte offsets for buffers of `sizes` bytes placed one after another in a chain's
+    scratch, each at a multiple of 64 (as torch's CPU allocator aligns), and the bytes
+    they take in all."""
+    offsets, at = [], 0
+    for n in sizes:
+        offsets.append(at)
+        at += (max(n, 1) + 63) // 64 * 64
+    return offsets, at
 
 
 def clear_memory_cache() -> None:
