@@ -33,7 +33,7 @@ from ..ir.graph import Graph
 from ..runtime import counters as _stats
 from ..runtime.program import Program
 from ..targets import device_types, resolve
-from . import devices, dynamic, graph_cache, precompile
+from . import devices, dynamic, graph_cache, output_layout, precompile
 from .decompositions import decompositions, partitioner
 from .fx_to_ir import Unsupported, fx_to_ir, input_specs
 
@@ -156,6 +156,11 @@ class CompiledGraph:
             mutated = mutated_input_pairs(kind)
         self.mutated = mutated
         self.free_outputs = saved_outputs(kind, gm)
+        # outputs the caller sees, in eager's layout where that is not row-major
+        # (frontend/output_layout.py); a backward's gradients keep ours
+        self.eager_strides = output_layout.expected_strides(
+            gm, {i for i, _ in mutated} | set(self.free_outputs)) \
+            if kind in ("inference", "forward") else {}
         self._tensor_only: bool | None = None
         # a graph whose inputs all have static sizes is called with those sizes, dtypes
         # and devices only (Dynamo guards them, and the graph has them baked in): after
@@ -321,8 +326,10 @@ class CompiledGraph:
         program = done.program
         guarded = dynamic.Guarded(binding, req.guards | program.guards) \
             if binding is not None else None
+        run = done.run if binding is not None else output_layout.wrap(done.run,
+                                                                      self.eager_strides)
         return Specialisation(done.graph, done.plan, program,
-                              done.seconds["canonicalise"] + done.seconds["plan"], done.run,
+                              done.seconds["canonicalise"] + done.seconds["plan"], run,
                               target, guarded, done.lowered)
 
     def _accept(self, program: Program) -> None:

@@ -57,6 +57,9 @@ def make_inputs(prog: Program) -> list[torch.Tensor]:
             t = (torch.rand(inp.shape, generator=g, dtype=torch.float64) * 4 - 2).to(dtype)
         else:
             t = torch.randn(inp.shape, generator=g, dtype=torch.float64).to(dtype)
+        if inp.order is not None:   # the same values, laid out in that order
+            back = sorted(range(len(inp.order)), key=inp.order.__getitem__)
+            t = t.permute(*inp.order).contiguous().permute(*back)
         out.append(t)
     return out
 
@@ -130,8 +133,31 @@ def _mismatch(label: str, c: torch.Tensor, e: torch.Tensor, r: torch.Tensor | No
     return f"{label}: |compiled-eager| {d_ce:.3g} > tol {tol:g} x |eager| {e64.norm().item():.3g}"
 
 
-def compare(prog: Program, got: Outcome, eager: Outcome, ref: Outcome | None) -> str | None:
-    """Why the compiled outcome is wrong, or None."""
+def _layout_mismatch(label: str, c: torch.Tensor, e: torch.Tensor) -> str | None:
+    """An output the caller sees comes in eager's memory layout where eager's is dense
+    and not row-major (frontend/output_layout.py): `.view` after a permute, or
+    `is_contiguous()`, behave as in eager."""
+    shape = tuple(e.shape)
+    if e.layout != torch.strided or e.numel() <= 1 or not _dense(shape, e.stride()):
+        return None
+    same = all(a == b for a, b, d in zip(c.stride(), e.stride(), shape) if d > 1)
+    return None if same else (f"{label}: compiled strides {c.stride()}, eager's "
+                              f"{e.stride()} (shape {list(shape)})")
+
+
+def _dense(shape, stride) -> bool:
+    n = 1
+    for s, d in sorted((s, d) for s, d in zip(stride, shape) if d != 1):
+        if s != n:
+            return False
+        n *= d
+    return True
+
+
+def compare(prog: Program, got: Outcome, eager: Outcome, ref: Outcome | None,
+            layouts: bool = False) -> str | None:
+    """Why the compiled outcome is wrong, or None. `layouts`: the outputs' memory
+    layouts must be eager's too (static sizes: symbolic ones are not covered)."""
     if eager.error is not None:
         if got.error is None:
             return f"eager raised {type(eager.error).__name__}: {eager.error}; compiled did not"
@@ -147,6 +173,10 @@ def compare(prog: Program, got: Outcome, eager: Outcome, ref: Outcome | None) ->
         why = _mismatch(label, got.values[label], e, r, tol)
         if why:
             return why
+        if layouts and label in prog.outputs:
+            why = _layout_mismatch(label, got.values[label], e)
+            if why:
+                return why
     return None
 
 
@@ -181,7 +211,7 @@ def check(prog: Program, target: str = "cpu", dynamic: bool = False) -> str | No
                 live_fn = function(live)
                 eager = run(live, live_fn, inputs)
                 ref = run(live, live_fn, inputs, float64=True)
-        why = compare(p, got, eager, ref)
+        why = compare(p, got, eager, ref, layouts=not dynamic)
         if why is not None:
             sizes = [list(i.shape) for i in p.inputs]
             return f"{why} (inputs of sizes {sizes})" if k else why

@@ -39,10 +39,16 @@ class Input:
     dtype: str            # float32, int64, int32, bool
     grad: bool = False    # requires_grad (training programs)
     fill: str = "randn"   # randn | randint | bool | uniform
+    # memory order of its dims, outermost first (None: row-major): a dense input laid
+    # out otherwise (channels-last, a transpose), as a caller may pass one
+    order: tuple | None = None
 
     def to_dict(self):
-        return {"shape": list(self.shape), "dtype": self.dtype, "grad": self.grad,
-                "fill": self.fill}
+        d = {"shape": list(self.shape), "dtype": self.dtype, "grad": self.grad,
+             "fill": self.fill}
+        if self.order is not None:
+            d["order"] = list(self.order)
+        return d
 
 
 @dataclass
@@ -69,7 +75,8 @@ class Program:
     @staticmethod
     def from_json(text: str) -> "Program":
         d = json.loads(text)
-        return Program([Input(tuple(i["shape"]), i["dtype"], i["grad"], i["fill"])
+        return Program([Input(tuple(i["shape"]), i["dtype"], i["grad"], i["fill"],
+                              tuple(i["order"]) if i.get("order") else None)
                         for i in d["inputs"]], d["body"], d["outputs"],
                        d.get("tolerance", {}), d.get("train", False), d.get("seed", 0))
 
@@ -519,6 +526,11 @@ def programs(draw, max_ops: int = 12, train: bool | None = None) -> Program:
             inputs.append(Input(shape, draw(st.sampled_from(["int64", "int32"])), fill="randint"))
         else:
             inputs.append(Input(shape, "bool", fill="bool"))
+        # one input in five laid out in another dense order (channels-last, transposed)
+        if len(shape) >= 2 and draw(st.integers(0, 4)) == 0:
+            order = tuple(draw(st.permutations(range(len(shape)))))
+            if order != tuple(range(len(shape))):
+                inputs[-1].order = order
     b = Builder(draw, inputs, train)
     long_chain = draw(st.integers(0, 9)) == 0
     n_ops = draw(st.integers(20, 60) if long_chain else st.integers(1, max_ops))

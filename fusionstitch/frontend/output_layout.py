@@ -1,0 +1,106 @@
+"""Graph outputs in eager's memory layout.
+
+Our kernels write their outputs row-major (contiguous). Eager's ops keep a dense input's
+layout instead: an elementwise op of a channels-last or a transposed tensor returns a
+tensor of that layout, and Inductor returns every output with the strides eager gives.
+A caller may depend on them: `y.permute(0, 2, 3, 1).view(n, -1)` of a channels-last
+`y` works in eager and raises on a contiguous one; `is_contiguous()`, a C extension
+reading the data pointer, `y.view(...)` after a transpose all see the layout.
+
+So each output the caller sees (`expected_strides`: not a mutated input's new value,
+not one only the backward reads, nothing of a backward graph) whose traced value
+(`meta["val"]`, eager's strides as AOTAutograd traced them) is dense and
+non-overlapping in another order than row-major comes back in that layout: where the
+program made it otherwise, it is copied into a tensor of eager's strides (`restride`:
+a copy of that output's size, only for such outputs; graphs without them pay nothing).
+An output on an input's storage (an alias AOTAutograd rebuilds from the input) is left
+as it is, and one tensor returned at several positions is copied once.
+
+Graphs of symbolic sizes are not covered (their strides are expressions): they keep
+row-major outputs, as before.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+
+def expected_strides(gm: torch.fx.GraphModule, skip: set[int] | frozenset[int]
+                     ) -> dict[int, tuple[int, ...]]:
+    """Output position -> eager's strides, for the outputs of `gm` (not in `skip`) whose
+    traced value is a dense, non-overlapping tensor of static sizes laid out in another
+    order than row-major."""
+    out = gm.graph.output_node().args[0]
+    nodes = out if isinstance(out, (tuple, list)) else (out,)
+    found: dict[int, tuple[int, ...]] = {}
+    for i, node in enumerate(nodes):
+        if i in skip or not isinstance(node, torch.fx.Node) or node.op == "placeholder":
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
+            continue
+        shape, stride = tuple(val.shape), tuple(val.stride())
+        if not all(type(v) is int for v in shape + stride):
+            continue            # symbolic: not covered (module docstring)
+        if _dense(shape, stride) and not _same_layout(shape, stride, _row_major(shape)):
+            found[i] = stride
+    return found
+
+
+def restride(outs: list, expected: dict[int, tuple[int, ...]], inputs: list) -> list:
+    """`outs` with each output of `expected` in eager's strides (copied where it is not),
+    unless it lies on an input's storage."""
+    copies: dict[int, torch.Tensor] = {}
+    storages = None
+    for i, stride in expected.items():
+        t = outs[i]
+        if not isinstance(t, torch.Tensor) or _same_layout(tuple(t.shape), t.stride(), stride):
+            continue
+        if id(t) in copies:
+            outs[i] = copies[id(t)]
+            continue
+        if storages is None:
+            storages = {a.untyped_storage().data_ptr() for a in inputs
+                        if isinstance(a, torch.Tensor)}
+        if t.untyped_storage().data_ptr() in storages:
+            continue
+        copy = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
+        copy.copy_(t)
+        copies[id(t)] = outs[i] = copy
+    return outs
+
+
+def wrap(run: Callable[[list], list], expected: dict[int, tuple[int, ...]]) -> Callable:
+    """`run` (a Specialisation's call: argument list -> outputs) returning its outputs in
+    eager's layout (`restride`); `run` itself when nothing is expected."""
+    if not expected:
+        return run
+
+    def run_in_eager_layout(args: list) -> list:
+        return restride(list(run(args)), expected, args)
+    return run_in_eager_layout
+
+
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, n = [], 1
+    for d in reversed(shape):
+        strides.append(n)
+        n *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def _dense(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Whether a tensor of `shape` and `stride` covers its memory once, without gaps."""
+    dims = sorted((s, d) for s, d in zip(stride, shape) if d != 1)
+    n = 1
+    for s, d in dims:
+        if s != n:
+            return False
+        n *= d
+    return True
+
+
+def _same_layout(shape: tuple[int, ...], a, b) -> bool:
+    """The same memory layout: strides equal on every dim longer than 1."""
+    return all(x == y for x, y, d in zip(a, b, shape) if d > 1)

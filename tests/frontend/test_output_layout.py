@@ -1,0 +1,100 @@
+"""Outputs come back in eager's memory layout (frontend/output_layout.py): an
+elementwise result of a channels-last or transposed input has eager's strides, so what
+the caller does with them (a `.view` after a permute, `is_contiguous()`) behaves as in
+eager; the values are eager's; row-major graphs pay nothing; an output on an input's
+storage stays that alias; a backward's gradients are right."""
+import pytest
+import torch
+
+import fusionstitch
+from fusionstitch.frontend import output_layout
+from fusionstitch.runtime.cache import clear_memory_caches
+
+
+@pytest.fixture(autouse=True)
+def fresh(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSIONSTITCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
+    torch._dynamo.reset()
+    clear_memory_caches()
+    yield
+    torch._dynamo.reset()
+    clear_memory_caches()
+
+
+def compiled(fn):
+    sink = []
+    return torch.compile(fn, backend=fusionstitch.backend(target="cpu", _sink=sink)), sink
+
+
+def _layout(t):
+    return [s for s, d in zip(t.stride(), t.shape) if d > 1]
+
+
+CASES = {
+    "channels_last": lambda: torch.randn(2, 3, 4, 5).contiguous(
+        memory_format=torch.channels_last),
+    "transposed": lambda: torch.randn(6, 7).t(),
+    "permuted_3d": lambda: torch.randn(3, 4, 5).permute(2, 0, 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_an_elementwise_result_has_eagers_strides(case):
+    def f(x):
+        return torch.relu(x) * 2 + 1, (x * x).sin()
+    x = CASES[case]()
+    f_c, _ = compiled(f)
+    for got, want in zip(f_c(x), f(x)):
+        assert _layout(got) == _layout(want), (got.stride(), want.stride())
+        torch.testing.assert_close(got, want)
+        assert got.is_contiguous() == want.is_contiguous()
+
+
+def test_a_view_after_a_permute_works_as_in_eager():
+    x = CASES["channels_last"]()
+    f_c, _ = compiled(lambda t: torch.relu(t) * 2)
+    torch.testing.assert_close(f_c(x).permute(0, 2, 3, 1).view(2, -1),
+                               (torch.relu(x) * 2).permute(0, 2, 3, 1).view(2, -1))
+
+
+def test_row_major_graphs_expect_nothing():
+    f_c, sink = compiled(lambda t: (t.exp() * 3, t.sum(0)))
+    f_c(torch.randn(4, 5))
+    assert sink and all(g.eager_strides == {} for g in sink)
+
+
+def test_a_training_forwards_user_output_in_eagers_layout_and_its_gradients():
+    x = CASES["channels_last"]()
+    w = torch.randn(1, 3, 1, 1, requires_grad=True)
+    w_ref = w.detach().clone().requires_grad_()
+
+    def f(t, w):
+        return torch.tanh(t * w)
+    f_c, sink = compiled(f)
+    got, want = f_c(x, w), f(x, w_ref)
+    assert _layout(got) == _layout(want)
+    torch.testing.assert_close(got, want)
+    g = torch.randn_like(want)
+    got.backward(g)
+    want.backward(g)
+    torch.testing.assert_close(w.grad, w_ref.grad)
+    assert any(s.eager_strides for s in sink)
+
+
+def test_restride_keeps_aliases_of_inputs_and_copies_a_repeated_output_once():
+    x = torch.randn(3, 4)
+    xt = x.t()                               # (4, 3) with strides (1, 4)
+    y = torch.randn(4, 3)                    # ours: row-major
+    want = (1, 4)
+    outs = output_layout.restride([xt, y, y], {0: want, 1: want, 2: want}, [x])
+    assert outs[0] is xt                     # on the input's storage: left alone
+    assert outs[1] is outs[2] and outs[1] is not y and outs[1].stride() == want
+    torch.testing.assert_close(outs[1], y)
+
+
+def test_dense_orders_only():
+    assert output_layout._dense((2, 3), (3, 1)) and output_layout._dense((2, 3), (1, 2))
+    assert not output_layout._dense((2, 3), (6, 2))          # a gap
+    assert not output_layout._dense((2, 3), (0, 1))          # broadcast: overlapping
+    assert output_layout._same_layout((1, 3), (7, 1), (3, 1))  # a size-1 dim's stride
