@@ -222,3 +222,40 @@ def test_kernels_after_a_channels_last_convolution_read_dense_inputs():
             node = graph[n]
             if node.op == "permute.default" and len(g.nodes) > 1:
                 assert graph[node.inputs[0]].op != "convolution.default", (g.nodes, n)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_pointwise_convolution_is_a_gemm_over_the_channels_last_rows(bias, monkeypatch):
+    g = _conv_graph(x_shape=(2, 4, 5, 3), w_shape=(6, 4, 1, 1), bias=bias, padding=(0, 0))
+    new = channels_last_convs(g, CPU)
+    assert "convolution.default" not in _ops(new)
+    assert _ops(new).count("addmm.default" if bias else "mm.default") == 1
+    assert _ops(new).count("clone.default") == 1           # the input's NHWC copy
+    for seed in (0, 1):
+        xs = random_inputs(g, seed)
+        (a,), (b,) = run_graph(g, xs), run_graph(new, xs)
+        x, w = torch.relu(xs[0]), xs[1]
+        assert _within_bound(a / 2, b / 2, x, w, xs[2] if bias else None, 1, (1, 1),
+                             (0, 0), (1, 1))
+    monkeypatch.setenv("FUSIONSTITCH_CONV_GEMM", "0")       # the A/B: convolutions
+    assert "convolution.default" in _ops(channels_last_convs(g, CPU))
+
+
+@pytest.mark.parametrize("kw", [dict(stride=(2, 2)), dict(padding=(1, 1)),
+                                dict(w_shape=(4, 2, 1, 1), groups=2),
+                                dict(dilation=(2, 2))])
+def test_other_pointwise_convolutions_stay_convolutions(kw):
+    base = dict(x_shape=(2, 4, 5, 3), w_shape=(6, 4, 1, 1), padding=(0, 0))
+    g = _conv_graph(**{**base, **kw})
+    new = channels_last_convs(g, CPU)
+    assert "convolution.default" in _ops(new) and "mm.default" not in _ops(new) \
+        and "addmm.default" not in _ops(new)
+
+
+def test_a_pointwise_convolution_saved_for_a_backward_stays_a_convolution():
+    """Its result is a graph output: it keeps the convolution's own channels-last
+    result (no view of a GEMM's made per call)."""
+    g = _conv_graph(x_shape=(2, 4, 5, 3), w_shape=(6, 4, 1, 1), padding=(0, 0),
+                    out_is_conv=True)
+    new = channels_last_convs(g, CPU, free_outputs=frozenset({1}))
+    assert new[new.outputs[1].name].op == "convolution.default"
