@@ -109,6 +109,9 @@ CONFIGS = [
     ((3, 1, 7, 7), (4, 1, 5, 5), True, (1, 1), (2, 2), (1, 1), 1),         # one channel
     ((2, 4, 1, 1), (4, 4, 1, 1), True, (1, 1), (0, 0), (1, 1), 1),         # 1x1 image
     ((2, 5, 17, 3), (7, 5, 2, 3), True, (3, 1), (0, 1), (1, 1), 1),
+    ((2, 8, 7, 6), (4, 8, 1, 1), True, (2, 2), (0, 0), (1, 1), 1),         # pointwise, s2
+    ((2, 3, 8, 12), (5, 3, 2, 2), True, (2, 2), (0, 0), (1, 1), 1),        # patches
+    ((1, 3, 16, 16), (6, 3, 8, 8), False, (8, 8), (0, 0), (1, 1), 1),      # ViT-like
 ]
 
 
@@ -241,9 +244,21 @@ def test_a_pointwise_convolution_is_a_gemm_over_the_channels_last_rows(bias, mon
     assert "convolution.default" in _ops(channels_last_convs(g, CPU))
 
 
-@pytest.mark.parametrize("kw", [dict(stride=(2, 2)), dict(padding=(1, 1)),
-                                dict(w_shape=(4, 2, 1, 1), groups=2),
-                                dict(dilation=(2, 2))])
+@pytest.mark.parametrize("stride", [(2, 2), (2, 1), (1, 3)])
+def test_a_strided_pointwise_convolution_is_a_gemm_over_the_pixels_it_picks(stride):
+    g = _conv_graph(x_shape=(2, 4, 7, 6), w_shape=(6, 4, 1, 1), padding=(0, 0),
+                    stride=stride)
+    new = channels_last_convs(g, CPU)
+    assert "convolution.default" not in _ops(new)
+    assert _ops(new).count("slice.Tensor") == sum(s != 1 for s in stride)
+    for seed in (0, 1):
+        xs = random_inputs(g, seed)
+        (a,), (b,) = run_graph(g, xs), run_graph(new, xs)
+        assert _within_bound(a / 2, b / 2, torch.relu(xs[0]), xs[1], xs[2], 1, stride,
+                             (0, 0), (1, 1))
+
+
+@pytest.mark.parametrize("kw", [dict(padding=(1, 1)), dict(w_shape=(4, 2, 1, 1), groups=2)])
 def test_other_pointwise_convolutions_stay_convolutions(kw):
     base = dict(x_shape=(2, 4, 5, 3), w_shape=(6, 4, 1, 1), padding=(0, 0))
     g = _conv_graph(**{**base, **kw})
@@ -259,3 +274,30 @@ def test_a_pointwise_convolution_saved_for_a_backward_stays_a_convolution():
                     out_is_conv=True)
     new = channels_last_convs(g, CPU, free_outputs=frozenset({1}))
     assert new[new.outputs[1].name].op == "convolution.default"
+
+
+@pytest.mark.parametrize("cfg", [((2, 3, 8, 12), (5, 3, 2, 2), True),
+                                 ((1, 4, 9, 6), (6, 4, 3, 3), False),
+                                 ((2, 2, 8, 8), (3, 2, 4, 2), True)])
+def test_a_patchwise_convolution_is_a_gemm_over_the_patches(cfg):
+    xs, ws, bias = cfg
+    stride = tuple(ws[2:])
+    g = _conv_graph(x_shape=xs, w_shape=ws, bias=bias, padding=(0, 0), stride=stride)
+    new = channels_last_convs(g, CPU)
+    assert "convolution.default" not in _ops(new)
+    assert _ops(new).count("addmm.default" if bias else "mm.default") == 1
+    for seed in (0, 1):
+        inputs = random_inputs(g, seed)
+        (a,), (b,) = run_graph(g, inputs), run_graph(new, inputs)
+        assert _within_bound(a / 2, b / 2, torch.relu(inputs[0]), inputs[1],
+                             inputs[2] if bias else None, 1, stride, (0, 0), (1, 1))
+
+
+@pytest.mark.parametrize("kw", [dict(x_shape=(2, 3, 9, 8)),          # 9 rows: not tiled
+                                dict(padding=(1, 1)), dict(stride=(1, 1)),
+                                dict(dilation=(2, 2), x_shape=(2, 3, 8, 8))])
+def test_other_patch_shapes_stay_convolutions(kw):
+    base = dict(x_shape=(2, 3, 8, 8), w_shape=(5, 3, 2, 2), padding=(0, 0), stride=(2, 2))
+    g = _conv_graph(**{**base, **kw})
+    assert "mm.default" not in _ops(channels_last_convs(g, CPU)) and \
+        "addmm.default" not in _ops(channels_last_convs(g, CPU))
