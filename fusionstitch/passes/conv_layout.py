@@ -36,11 +36,12 @@ Correctness never depends on a layout: kernels read every input through its run-
 strides and library calls take any strides, so where torch returns another layout (a
 size-1 dim makes NCHW and NHWC the same memory) only the speed differs.
 
-A pointwise convolution (1x1, no padding, one group, static sizes) is a GEMM over the
-channels-last input's pixels (those its stride picks), and runs as one (`_as_gemm`: `mm`/`addmm` of the NHWC
-rows by the transposed weight, whose result is NHWC as the convolution's was); where its
-result is a graph output it stays a convolution. FUSIONSTITCH_CONV_GEMM=0 keeps them
-convolutions (the A/B).
+Two kinds of convolution are GEMMs and run as one (`mm`/`addmm`, static sizes, one
+group, no padding), whose result is NHWC as the channels-last convolution's was: a 1x1
+convolution over the rows of the pixels its stride picks from the NHWC input
+(`_as_gemm`), and one whose stride is its kernel size and whose patches tile the image
+over its patches copied into rows (`_patches_as_gemm`). Where the result is a graph
+output it stays a convolution. FUSIONSTITCH_CONV_GEMM=0 keeps them convolutions (the A/B).
 
 Graph outputs: a result the caller sees keeps eager's layout, so a convolution whose
 result (or a view of it) is a graph output is rewritten only when every such output is
@@ -244,7 +245,7 @@ def _as_gemm(n: Node, types: dict, taken: set) -> list[Node]:
     xh = node("in_copy", CLONE, (Ref(xp.name),), nhwc,
               (("memory_format", torch.contiguous_format),))
     x2 = node("in_rows", VIEW, (Ref(xh.name), (rows, channels)), (rows, channels))
-    w2 = node("weight_2d", VIEW, (w, (out, channels)), (out, channels))
+    w2 = node("weight_2d", "reshape.default", (w, (out, channels)), (out, channels))
     wt = node("weight_t", PERMUTE, (Ref(w2.name), (1, 0)), (channels, out))
     if isinstance(bias, Ref):
         y2 = node("gemm", "addmm.default", (bias, Ref(x2.name), Ref(wt.name)), (rows, out))
@@ -254,7 +255,6 @@ def _as_gemm(n: Node, types: dict, taken: set) -> list[Node]:
               (batch, height, width, out))
     y = Node(n.name, PERMUTE, (Ref(yh.name), TO_NCHW), type=n.type)
     return picked + [xp, xh, x2, w2, wt, y2, yh, y]
-
 
 
 def _patchwise(n: Node, types: dict) -> bool:
