@@ -222,7 +222,7 @@ def _as_gemm(n: Node, types: dict, taken: set) -> list[Node]:
     one thread, 724 us as channels-last convolutions, 460 us as GEMMs (resnet's
     bottleneck: 17.8 us, 6.9 us)."""
     x, w, bias, stride = n.args[0], n.args[1], n.args[2], n.args[3]
-    tx, tw = types[x.name], types[w.name]
+    tx = types[x.name]
     batch, channels = tx.shape[:2]
     _, out, height, width = n.type.shape
     rows = batch * height * width
