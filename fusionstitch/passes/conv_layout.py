@@ -245,7 +245,7 @@ def _as_gemm(n: Node, types: dict, taken: set) -> list[Node]:
     xh = node("in_copy", CLONE, (Ref(xp.name),), nhwc,
               (("memory_format", torch.contiguous_format),))
     x2 = node("in_rows", VIEW, (Ref(xh.name), (rows, channels)), (rows, channels))
-    w2 = node("weight_2d", "reshape.default", (w, (out, channels)), (out, channels))
+    w2 = node("weight_2d", VIEW, (w, (out, channels)), (out, channels))
     wt = node("weight_t", PERMUTE, (Ref(w2.name), (1, 0)), (channels, out))
     if isinstance(bias, Ref):
         y2 = node("gemm", "addmm.default", (bias, Ref(x2.name), Ref(wt.name)), (rows, out))
@@ -275,8 +275,8 @@ def _patches_as_gemm(n: Node, types: dict, taken: set) -> list[Node]:
     """A patch-wise convolution (`_patchwise`) as one GEMM: the input's patches copied
     into rows (N*Ho*Wo, C*kh*kw), in the weight's (C, kh, kw) order, times the weight:
 
-        rows = view(clone(permute(reshape(x, [N, C, Ho, kh, Wo, kw]), [0, 2, 4, 1, 3, 5])))
-        y    = permute(view(addmm(b, rows, permute(reshape(w, [O, C*kh*kw]), [1, 0])),
+        rows = view(clone(permute(view(x, [N, C, Ho, kh, Wo, kw]), [0, 2, 4, 1, 3, 5])))
+        y    = permute(view(addmm(b, rows, permute(view(w, [O, C*kh*kw]), [1, 0])),
                             [N, Ho, Wo, O]), NCHW)
 
     The copy fuses into the input's producer (a kernel) or is one of its own (a graph
@@ -292,14 +292,14 @@ def _patches_as_gemm(n: Node, types: dict, taken: set) -> list[Node]:
     def node(stem, op, args, shape, kwargs=()):
         return Node(fresh_name(f"{n.name}_{stem}", taken), op, args, kwargs,
                     type=TensorType(tuple(shape), n.type.dtype))
-    split = node("patches", "reshape.default", (x, (batch, channels, height, kh, width, kw)),
+    split = node("patches", VIEW, (x, (batch, channels, height, kh, width, kw)),
                  (batch, channels, height, kh, width, kw))
     order = node("patch_rows", PERMUTE, (Ref(split.name), (0, 2, 4, 1, 3, 5)),
                  (batch, height, width, channels, kh, kw))
     copy = node("in_copy", CLONE, (Ref(order.name),), (batch, height, width, channels, kh, kw),
                 (("memory_format", torch.contiguous_format),))
     x2 = node("in_rows", VIEW, (Ref(copy.name), (rows, depth)), (rows, depth))
-    w2 = node("weight_2d", "reshape.default", (w, (out, depth)), (out, depth))
+    w2 = node("weight_2d", VIEW, (w, (out, depth)), (out, depth))
     wt = node("weight_t", PERMUTE, (Ref(w2.name), (1, 0)), (depth, out))
     if isinstance(bias, Ref):
         y2 = node("gemm", "addmm.default", (bias, Ref(x2.name), Ref(wt.name)), (rows, out))
