@@ -7,7 +7,7 @@ A caller may depend on them: `y.permute(0, 2, 3, 1).view(n, -1)` of a channels-l
 `y` works in eager and raises on a contiguous one; `is_contiguous()`, a C extension
 reading the data pointer, `y.view(...)` after a transpose all see the layout.
 
-So each output the caller sees (`expected_strides`: not a mutated input's new value,
+So each output the caller sees (`expected_orders`: not a mutated input's new value,
 not one only the backward reads, nothing of a backward graph) whose traced value
 (`meta["val"]`, eager's strides as AOTAutograd traced them) is dense and
 non-overlapping in another order than row-major comes back in that layout: where the
@@ -16,8 +16,9 @@ a copy of that output's size, only for such outputs; graphs without them pay not
 An output on an input's storage (an alias AOTAutograd rebuilds from the input) is left
 as it is, and one tensor returned at several positions is copied once.
 
-Graphs of symbolic sizes are not covered (their strides are expressions): they keep
-row-major outputs, as before.
+What is kept is the order of the dims in memory (outermost first), read at the traced
+sizes (a graph of symbolic sizes: at their hints, without a guard); each call's strides
+follow from its sizes in that order, so one symbolic program serves every size.
 """
 from __future__ import annotations
 
@@ -26,11 +27,11 @@ from typing import Callable
 import torch
 
 
-def expected_strides(gm: torch.fx.GraphModule, skip: set[int] | frozenset[int]
-                     ) -> dict[int, tuple[int, ...]]:
-    """Output position -> eager's strides, for the outputs of `gm` (not in `skip`) whose
-    traced value is a dense, non-overlapping tensor of static sizes laid out in another
-    order than row-major."""
+def expected_orders(gm: torch.fx.GraphModule, skip: set[int] | frozenset[int]
+                    ) -> dict[int, tuple[int, ...]]:
+    """Output position -> the order of its dims in eager's memory (outermost first), for
+    the outputs of `gm` (not in `skip`) whose traced value is a dense, non-overlapping
+    tensor laid out in another order than row-major."""
     out = gm.graph.output_node().args[0]
     nodes = out if isinstance(out, (tuple, list)) else (out,)
     found: dict[int, tuple[int, ...]] = {}
@@ -40,22 +41,28 @@ def expected_strides(gm: torch.fx.GraphModule, skip: set[int] | frozenset[int]
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
             continue
-        shape, stride = tuple(val.shape), tuple(val.stride())
-        if not all(type(v) is int for v in shape + stride):
-            continue            # symbolic: not covered (module docstring)
-        if _dense(shape, stride) and not _same_layout(shape, stride, _row_major(shape)):
-            found[i] = stride
+        shape, stride = _hints(val.shape), _hints(val.stride())
+        if shape is None or stride is None or not _dense(shape, stride):
+            continue
+        # outermost first: larger strides first; a size-1 dim's place does not matter
+        order = tuple(sorted(range(len(shape)), key=lambda d: (-stride[d], d)))
+        if not _same_layout(shape, _strides(shape, order), _row_major(shape)):
+            found[i] = order
     return found
 
 
 def restride(outs: list, expected: dict[int, tuple[int, ...]], inputs: list) -> list:
-    """`outs` with each output of `expected` in eager's strides (copied where it is not),
-    unless it lies on an input's storage."""
+    """`outs` with each output of `expected` (position -> dim order) in eager's layout
+    (copied where it is not), unless it lies on an input's storage."""
     copies: dict[int, torch.Tensor] = {}
     storages = None
-    for i, stride in expected.items():
+    for i, order in expected.items():
         t = outs[i]
-        if not isinstance(t, torch.Tensor) or _same_layout(tuple(t.shape), t.stride(), stride):
+        if not isinstance(t, torch.Tensor) or t.dim() != len(order):
+            continue
+        shape = tuple(t.shape)
+        stride = _strides(shape, order)
+        if _same_layout(shape, t.stride(), stride):
             continue
         if id(t) in copies:
             outs[i] = copies[id(t)]
@@ -80,6 +87,28 @@ def wrap(run: Callable[[list], list], expected: dict[int, tuple[int, ...]]) -> C
     def run_in_eager_layout(args: list) -> list:
         return restride(list(run(args)), expected, args)
     return run_in_eager_layout
+
+
+def _hints(values) -> tuple[int, ...] | None:
+    """Sizes or strides as ints: a symbolic one at its hint (no guard), None where one
+    has none (a size only known at run time)."""
+    out = []
+    for v in values:
+        if type(v) is not int:
+            v = getattr(getattr(v, "node", None), "hint", None)
+            if type(v) is not int:
+                return None
+        out.append(v)
+    return tuple(out)
+
+
+def _strides(shape: tuple[int, ...], order: tuple[int, ...]) -> tuple[int, ...]:
+    """The dense strides of `shape` with its dims in memory in `order` (outermost first)."""
+    strides, n = [0] * len(shape), 1
+    for d in reversed(order):
+        strides[d] = n
+        n *= max(shape[d], 1)
+    return tuple(strides)
 
 
 def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:

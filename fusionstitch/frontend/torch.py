@@ -158,7 +158,7 @@ class CompiledGraph:
         self.free_outputs = saved_outputs(kind, gm)
         # outputs the caller sees, in eager's layout where that is not row-major
         # (frontend/output_layout.py); a backward's gradients keep ours
-        self.eager_strides = output_layout.expected_strides(
+        self.eager_layouts = output_layout.expected_orders(
             gm, {i for i, _ in mutated} | set(self.free_outputs)) \
             if kind in ("inference", "forward") else {}
         self._tensor_only: bool | None = None
@@ -326,8 +326,7 @@ class CompiledGraph:
         program = done.program
         guarded = dynamic.Guarded(binding, req.guards | program.guards) \
             if binding is not None else None
-        run = done.run if binding is not None else output_layout.wrap(done.run,
-                                                                      self.eager_strides)
+        run = output_layout.wrap(done.run, self.eager_layouts)
         return Specialisation(done.graph, done.plan, program,
                               done.seconds["canonicalise"] + done.seconds["plan"], run,
                               target, guarded, done.lowered)

@@ -61,7 +61,7 @@ def test_a_view_after_a_permute_works_as_in_eager():
 def test_row_major_graphs_expect_nothing():
     f_c, sink = compiled(lambda t: (t.exp() * 3, t.sum(0)))
     f_c(torch.randn(4, 5))
-    assert sink and all(g.eager_strides == {} for g in sink)
+    assert sink and all(g.eager_layouts == {} for g in sink)
 
 
 def test_a_training_forwards_user_output_in_eagers_layout_and_its_gradients():
@@ -79,17 +79,43 @@ def test_a_training_forwards_user_output_in_eagers_layout_and_its_gradients():
     got.backward(g)
     want.backward(g)
     torch.testing.assert_close(w.grad, w_ref.grad)
-    assert any(s.eager_strides for s in sink)
+    assert any(s.eager_layouts for s in sink)
+
+
+@pytest.mark.parametrize("case", ["channels_last", "transposed"])
+def test_a_symbolic_graphs_outputs_have_eagers_strides_at_every_size(case):
+    """dynamic=True: one program for every size; the layout is a dim order, so each
+    call's strides follow from its sizes."""
+    def f(x):
+        return torch.relu(x) * 2
+    f_c, sink = compiled_dynamic(f)
+    for grow in (0, 3, 5):
+        if case == "channels_last":
+            x = torch.randn(2, 3 + grow, 4 + grow, 5).contiguous(
+                memory_format=torch.channels_last)
+        else:
+            x = torch.randn(6 + grow, 7 + grow).t()
+        got, want = f_c(x), f(x)
+        assert _layout(got) == _layout(want), (got.stride(), want.stride())
+        torch.testing.assert_close(got, want)
+    assert fusionstitch.stats()["symbolic_programs"] >= 1
+
+
+def compiled_dynamic(fn):
+    sink = []
+    fusionstitch.reset_stats()
+    return torch.compile(fn, backend=fusionstitch.backend(target="cpu", _sink=sink),
+                         dynamic=True), sink
 
 
 def test_restride_keeps_aliases_of_inputs_and_copies_a_repeated_output_once():
     x = torch.randn(3, 4)
     xt = x.t()                               # (4, 3) with strides (1, 4)
     y = torch.randn(4, 3)                    # ours: row-major
-    want = (1, 4)
-    outs = output_layout.restride([xt, y, y], {0: want, 1: want, 2: want}, [x])
+    order = (1, 0)                           # dim 1 outermost: strides (1, 4)
+    outs = output_layout.restride([xt, y, y], {0: order, 1: order, 2: order}, [x])
     assert outs[0] is xt                     # on the input's storage: left alone
-    assert outs[1] is outs[2] and outs[1] is not y and outs[1].stride() == want
+    assert outs[1] is outs[2] and outs[1] is not y and outs[1].stride() == (1, 4)
     torch.testing.assert_close(outs[1], y)
 
 
