@@ -32,13 +32,24 @@ def expected_orders(gm: torch.fx.GraphModule, skip: set[int] | frozenset[int]
     """Output position -> the order of its dims in eager's memory (outermost first), for
     the outputs of `gm` (not in `skip`) whose traced value is a dense, non-overlapping
     tensor laid out in another order than row-major."""
+    return {i: order for i, order in enumerate(user_orders(gm))
+            if order is not None and i not in skip}
+
+
+def user_orders(gm: torch.fx.GraphModule) -> list[tuple[int, ...] | None]:
+    """Per output of `gm`: the order of its dims in memory where its traced value is
+    dense and not row-major, else None. Of Dynamo's graph (`example_value`: torch's own
+    ops on fake tensors, whose strides are eager's) this is the caller's view; of
+    AOTAutograd's (`val`), decompositions may have changed a layout (`xlogy` of a
+    transposed and a row-major tensor: eager follows the first, its decomposition not)."""
     out = gm.graph.output_node().args[0]
     nodes = out if isinstance(out, (tuple, list)) else (out,)
-    found: dict[int, tuple[int, ...]] = {}
-    for i, node in enumerate(nodes):
-        if i in skip or not isinstance(node, torch.fx.Node) or node.op == "placeholder":
+    found: list[tuple[int, ...] | None] = []
+    for node in nodes:
+        found.append(None)
+        if not isinstance(node, torch.fx.Node) or node.op == "placeholder":
             continue
-        val = node.meta.get("val")
+        val = node.meta.get("example_value", node.meta.get("val"))
         if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
             continue
         shape, stride = _hints(val.shape), _hints(val.stride())
@@ -47,8 +58,14 @@ def expected_orders(gm: torch.fx.GraphModule, skip: set[int] | frozenset[int]
         # outermost first: larger strides first; a size-1 dim's place does not matter
         order = tuple(sorted(range(len(shape)), key=lambda d: (-stride[d], d)))
         if not _same_layout(shape, _strides(shape, order), _row_major(shape)):
-            found[i] = order
+            found[-1] = order
     return found
+
+
+def placed(user: list, first: int) -> dict[int, tuple[int, ...]]:
+    """`user_orders` of Dynamo's graph at the positions its outputs take in AOTAutograd's
+    graph (the user outputs follow the `first` mutated inputs' new values)."""
+    return {first + i: order for i, order in enumerate(user) if order is not None}
 
 
 def restride(outs: list, expected: dict[int, tuple[int, ...]], inputs: list) -> list:

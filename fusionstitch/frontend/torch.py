@@ -109,6 +109,28 @@ class Specialisation:
         return self.guarded is not None
 
 
+def _eager_layouts(gm: torch.fx.GraphModule, kind: str, mutated: list,
+                   free_outputs: frozenset[int], user_layouts: list | None) -> dict:
+    """Graph output position -> eager's dim order, for the outputs the caller sees:
+    from Dynamo's graph (`user_layouts`, eager's strides) placed after the mutated
+    inputs' new values where AOTAutograd's metadata (or the graph cache's entry, whose
+    mutated inputs are all such pairs) says where its user outputs are, else from this
+    graph's own traced values."""
+    if kind not in ("inference", "forward"):
+        return {}
+    if user_layouts is not None:
+        meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+        try:
+            first = len(meta.mutated_inp_runtime_indices) if meta is not None else \
+                len(mutated)
+            users = len(meta.output_info) if meta is not None else len(user_layouts)
+        except (AttributeError, TypeError):   # another torch's metadata layout
+            first = users = -1
+        if users == len(user_layouts) and first >= 0:
+            return output_layout.placed(user_layouts, first)
+    return output_layout.expected_orders(gm, {i for i, _ in mutated} | set(free_outputs))
+
+
 def saved_outputs(kind: str, gm: torch.fx.GraphModule) -> frozenset[int]:
     """Positions of the outputs of the forward graph AOTAutograd is compiling now that are
     saved for its backward (after the mutated inputs, the user outputs and the
@@ -139,7 +161,8 @@ class CompiledGraph:
 
     def __init__(self, gm: torch.fx.GraphModule, options: config.Options, kind: str,
                  sink: list | None = None, execute: bool = True,
-                 mutated: list[tuple[int, int]] | None = None):
+                 mutated: list[tuple[int, int]] | None = None,
+                 user_layouts: list | None = None):
         self.gm = gm
         # explain() plans for the target but runs the plan through torch: it needs the
         # plan and the values, not compiled kernels
@@ -158,9 +181,8 @@ class CompiledGraph:
         self.free_outputs = saved_outputs(kind, gm)
         # outputs the caller sees, in eager's layout where that is not row-major
         # (frontend/output_layout.py); a backward's gradients keep ours
-        self.eager_layouts = output_layout.expected_orders(
-            gm, {i for i, _ in mutated} | set(self.free_outputs)) \
-            if kind in ("inference", "forward") else {}
+        self.eager_layouts = _eager_layouts(gm, kind, mutated, self.free_outputs,
+                                            user_layouts)
         self._tensor_only: bool | None = None
         # a graph whose inputs all have static sizes is called with those sizes, dtypes
         # and devices only (Dynamo guards them, and the graph has them baked in): after
@@ -419,7 +441,9 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
         if _execute:
             check_devices(options, example_inputs, gm)
         from torch._dynamo.backends.common import aot_autograd
-        make = partial(CompiledGraph, options=options, sink=_sink, execute=_execute)
+        # eager's layouts of Dynamo's outputs (its fake values ran torch's own ops)
+        make = partial(CompiledGraph, options=options, sink=_sink, execute=_execute,
+                       user_layouts=output_layout.user_orders(gm))
 
         def compile_backward(g, _):
             fn = no_dynamo(make(g, kind="backward"), "fusionstitch runs a backward graph")
