@@ -127,8 +127,19 @@ def _eager_layouts(gm: torch.fx.GraphModule, kind: str, mutated: list,
         except (AttributeError, TypeError):   # another torch's metadata layout
             first = users = -1
         if users == len(user_layouts) and first >= 0:
+            if meta is not None and kind == "forward":
+                # a training graph's output that aliases a value AOTAutograd rebuilds
+                # from its base (as_strided with the output's own strides, where view
+                # replay is off): a copy of it would make that rebuild read wrong elements
+                user_layouts = [order if _kind(info) == "non_alias" else None
+                                for order, info in zip(user_layouts, meta.output_info)]
             return output_layout.placed(user_layouts, first)
     return output_layout.expected_orders(gm, {i for i, _ in mutated} | set(free_outputs))
+
+
+def _kind(info) -> str:
+    """An AOTAutograd output's `output_type` name ("non_alias", "alias_of_input", ...)."""
+    return getattr(getattr(info, "output_type", None), "name", "")
 
 
 def saved_outputs(kind: str, gm: torch.fx.GraphModule) -> frozenset[int]:

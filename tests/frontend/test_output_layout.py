@@ -124,3 +124,30 @@ def test_dense_orders_only():
     assert not output_layout._dense((2, 3), (6, 2))          # a gap
     assert not output_layout._dense((2, 3), (0, 1))          # broadcast: overlapping
     assert output_layout._same_layout((1, 3), (7, 1), (3, 1))  # a size-1 dim's stride
+
+
+@pytest.mark.parametrize("replay", [True, False], ids=["view_replay", "as_strided"])
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_views_of_an_intermediate_keep_eagers_values(replay, grad):
+    """Outputs that are views of a value the caller does not get (AOTAutograd rebuilds
+    them from that base, by replaying the views or by as_strided with the output's
+    strides): restriding them must not change what they read (a training graph's were
+    copied, and as_strided then read the wrong elements of the row-major base: all 60).
+    In inference their layout is eager's where the view itself is dense in another order
+    (a select of a channels-last value); not yet in training (rebuilt from the base,
+    which the caller does not see and which stays row-major), nor a view that is
+    row-major in eager's base but not in ours (a permute back of it)."""
+    import torch._functorch.config as aot_config
+
+    def f(x):
+        y = x * 2
+        return y[1], torch.relu(y)[0], y.permute(0, 2, 3, 1)[1:]
+    x = CASES["channels_last"]().requires_grad_(grad)
+    with aot_config.patch(view_replay_for_aliased_outputs=replay):
+        f_c, _ = compiled(f)
+        outs = f_c(x)
+    wants = f(x)
+    for got, want in zip(outs, wants):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    for got, want in zip(outs[:2] if not grad else (), wants[:2]):
+        assert _layout(got) == _layout(want), (got.stride(), want.stride())
