@@ -56,6 +56,8 @@ convolution, where the layout buys nothing; bf16 is left until measured).
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from ..config import env_flag_default
@@ -221,16 +223,12 @@ def _as_gemm(n: Node, types: dict, taken: set) -> list[Node]:
     convolution as a GEMM too, with more around it: mobilenet_v2's 1x1 convolutions,
     one thread, 724 us as channels-last convolutions, 460 us as GEMMs (resnet's
     bottleneck: 17.8 us, 6.9 us)."""
-    x, w, bias, stride = n.args[0], n.args[1], n.args[2], n.args[3]
+    x, stride = n.args[0], n.args[3]
     tx = types[x.name]
     batch, channels = tx.shape[:2]
-    _, out, height, width = n.type.shape
-    rows = batch * height * width
+    _, _, height, width = n.type.shape
     nhwc = (batch, height, width, channels)
-
-    def node(stem, op, args, shape, kwargs=()):
-        return Node(fresh_name(f"{n.name}_{stem}", taken), op, args, kwargs,
-                    type=TensorType(tuple(shape), n.type.dtype))
+    node = _maker(n, taken)
     picked = []     # a stride picks every s-th pixel: slices, read by the copy below
     shape = list(tx.shape)
     for dim, step in ((2, stride[0]), (3, stride[1])):
@@ -244,17 +242,7 @@ def _as_gemm(n: Node, types: dict, taken: set) -> list[Node]:
     # (row-major in torch's semantics too, so that the view of its rows is one)
     xh = node("in_copy", CLONE, (Ref(xp.name),), nhwc,
               (("memory_format", torch.contiguous_format),))
-    x2 = node("in_rows", VIEW, (Ref(xh.name), (rows, channels)), (rows, channels))
-    w2 = node("weight_2d", VIEW, (w, (out, channels)), (out, channels))
-    wt = node("weight_t", PERMUTE, (Ref(w2.name), (1, 0)), (channels, out))
-    if isinstance(bias, Ref):
-        y2 = node("gemm", "addmm.default", (bias, Ref(x2.name), Ref(wt.name)), (rows, out))
-    else:
-        y2 = node("gemm", "mm.default", (Ref(x2.name), Ref(wt.name)), (rows, out))
-    yh = node("nhwc", VIEW, (Ref(y2.name), (batch, height, width, out)),
-              (batch, height, width, out))
-    y = Node(n.name, PERMUTE, (Ref(yh.name), TO_NCHW), type=n.type)
-    return picked + [xp, xh, x2, w2, wt, y2, yh, y]
+    return picked + [xp, xh] + _gemm_of_rows(n, Ref(xh.name), channels, node)
 
 
 def _patchwise(n: Node, types: dict) -> bool:
@@ -282,23 +270,39 @@ def _patches_as_gemm(n: Node, types: dict, taken: set) -> list[Node]:
     The copy fuses into the input's producer (a kernel) or is one of its own (a graph
     input). One thread: ViT's 8x8 patch embedding 49.5 us as a channels-last convolution,
     19.8 us as such a GEMM with torch's copy; convnext's 2x2 downsampling 43.6, 34.7."""
-    x, w, bias = n.args[0], n.args[1], n.args[2]
+    x, w = n.args[0], n.args[1]
     tx, tw = types[x.name], types[w.name]
     batch, channels = tx.shape[:2]
-    _, out, height, width = n.type.shape
+    _, _, height, width = n.type.shape
     kh, kw = tw.shape[2:]
-    rows, depth = batch * height * width, channels * kh * kw
-
-    def node(stem, op, args, shape, kwargs=()):
-        return Node(fresh_name(f"{n.name}_{stem}", taken), op, args, kwargs,
-                    type=TensorType(tuple(shape), n.type.dtype))
+    node = _maker(n, taken)
     split = node("patches", VIEW, (x, (batch, channels, height, kh, width, kw)),
                  (batch, channels, height, kh, width, kw))
     order = node("patch_rows", PERMUTE, (Ref(split.name), (0, 2, 4, 1, 3, 5)),
                  (batch, height, width, channels, kh, kw))
     copy = node("in_copy", CLONE, (Ref(order.name),), (batch, height, width, channels, kh, kw),
                 (("memory_format", torch.contiguous_format),))
-    x2 = node("in_rows", VIEW, (Ref(copy.name), (rows, depth)), (rows, depth))
+    return [split, order, copy] + _gemm_of_rows(n, Ref(copy.name), channels * kh * kw, node)
+
+
+def _maker(n: Node, taken: set) -> Callable:
+    """`node(stem, op, args, shape, kwargs=())`: a new node named after convolution `n`,
+    of `n`'s dtype."""
+    def node(stem, op, args, shape, kwargs=()):
+        return Node(fresh_name(f"{n.name}_{stem}", taken), op, args, kwargs,
+                    type=TensorType(tuple(shape), n.type.dtype))
+    return node
+
+
+def _gemm_of_rows(n: Node, rows_of: Ref, depth: int, node: Callable) -> list[Node]:
+    """Convolution `n` as the GEMM of `rows_of` (a row-major (N, Ho, Wo, ...) copy of
+    the input, `depth` values a pixel, in the weight's order) by its weight: the rows
+    view, the weight as (depth, O), `addmm` (`mm` without a bias), the NHWC view of the
+    result and the NCHW permute named as `n` was."""
+    w, bias = n.args[1], n.args[2]
+    batch, out, height, width = n.type.shape
+    rows = batch * height * width
+    x2 = node("in_rows", VIEW, (rows_of, (rows, depth)), (rows, depth))
     w2 = node("weight_2d", VIEW, (w, (out, depth)), (out, depth))
     wt = node("weight_t", PERMUTE, (Ref(w2.name), (1, 0)), (depth, out))
     if isinstance(bias, Ref):
@@ -308,4 +312,4 @@ def _patches_as_gemm(n: Node, types: dict, taken: set) -> list[Node]:
     yh = node("nhwc", VIEW, (Ref(y2.name), (batch, height, width, out)),
               (batch, height, width, out))
     y = Node(n.name, PERMUTE, (Ref(yh.name), TO_NCHW), type=n.type)
-    return [split, order, copy, x2, w2, wt, y2, yh, y]
+    return [x2, w2, wt, y2, yh, y]
