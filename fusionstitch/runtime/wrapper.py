@@ -31,7 +31,7 @@ and dtype that only launches read (`_Source.allocate`, FUSIONSTITCH_REUSE=0 turn
 And one of its own: consecutive small kernels run as one native call (a chain), and a
 value that a chain's kernel writes and only its later kernels read, dead once the chain
 returns, is no tensor at all: it lives in the calling thread's scratch, which the
-chain's target places (`_temporaries`; FUSIONSTITCH_CHAIN_SCRATCH=0 allocates them).
+chain's target places (runtime/chain_scratch.py; FUSIONSTITCH_CHAIN_SCRATCH=0 allocates them).
 
 Behaviour is the program's own: the same steps in the same order, the same values
 dropped after the same steps (recyclable ones through `Program._drop`, so the pool
@@ -50,8 +50,6 @@ from __future__ import annotations
 
 import math
 import operator
-import re
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -59,6 +57,8 @@ import torch
 from ..config import env_flag_default
 from ..fusion.plan import KERNEL, LIBRARY
 from . import counters, recycle
+from .chain_scratch import MOVED, Fresh, temporaries
+from .chain_scratch import enabled as scratching
 from .launch import place_element
 
 
@@ -221,7 +221,7 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
     # one may read its output), their launch waits for the chain's end (`flush`)
     chain: list[tuple] = []
 
-    # what a chain's kernels allocated where it stands (`_Fresh`), candidates for its
+    # what a chain's kernels allocated where it stands (`Fresh`), candidates for its
     # scratch; `start`: the first line of the chain's buffers
     fresh: list = []
     start = [0]
@@ -237,7 +237,7 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
         if not chain:
             return
         gone = {d for c in chain for d in c[2]} - set(keep) - set(recycled)
-        temps = _temporaries(src, fresh, gone, start[0]) if scratching() else []
+        temps = temporaries(src.lines, fresh, gone, start[0]) if scratching() else []
         if _launch_chain(src, [c[0] for c in chain], [c[4] for c in chain], temps):
             for t in temps:
                 if t.slot is not None:
@@ -316,7 +316,7 @@ def build(program, slot_type: type, drop: Callable, symbolic: bool, pick: bool) 
                                       for o in program.outputs) + "]")
     src.unused_releases()
     text = "def run(inputs, pool, sizes):\n" + "\n".join(line for line in src.lines
-                                                        if line is not _MOVED) + "\n"
+                                                        if line is not MOVED) + "\n"
     namespace = dict(src.names)
     namespace["empty"] = torch.empty
     exec(compile(text, f"<fusionstitch program {id(program):x}>", "exec"), namespace)
@@ -528,9 +528,9 @@ CHAIN_BYTES = 1 << 20
 
 
 def _output_bytes(step) -> int:
-    return sum(math.prod(int(d) for d in shape) * dt.itemsize
-               for (_, _, shape, _), dt in zip(step.outputs, step.torch_dtype)) + \
-        sum(math.prod(int(d) for d in shape) * dt.itemsize for shape, dt in step.scratch)
+    return sum(_nbytes(shape, dt) for (_, _, shape, _), dt in
+               zip(step.outputs, step.torch_dtype)) + \
+        sum(_nbytes(shape, dt) for shape, dt in step.scratch)
 
 
 def _chainable(step, chain: list) -> bool:
@@ -569,7 +569,7 @@ def _input(src: _Source, layouts: dict, slot: int, element) -> str:
 def _chain_buffers(src: _Source, step, j: int, layouts: dict, fresh: list) -> list[str]:
     """The buffers of the `j`th kernel of a chain, its outputs allocated (and in `values`,
     for the views and kernels after it): the names of its arguments. Appends to `fresh`
-    the buffers allocated anew here (a `_Fresh` each: where the chain's scratch may hold
+    the buffers allocated anew here (a `Fresh` each: where the chain's scratch may hold
     them instead)."""
     args = []
     for k, (slot, element) in enumerate(step.inputs):
@@ -580,13 +580,13 @@ def _chain_buffers(src: _Source, step, j: int, layouts: dict, fresh: list) -> li
     for k, ((slot, _, shape, _), dt) in enumerate(zip(step.outputs, step.torch_dtype)):
         made = _new_output(src, step, k, slot, shape, dt, device)
         if made.startswith("ES"):       # `_empty`'s (not the pool's, not a dead value's)
-            fresh.append(_Fresh(j, len(args), slot, len(src.lines), _nbytes(shape, dt)))
+            fresh.append(Fresh(j, len(args), slot, len(src.lines), _nbytes(shape, dt)))
         src.emit(f"o{j}_{k} = values[{slot}] = {made}")
         args.append(f"o{j}_{k}")
     for k, (shape, dt) in enumerate(step.scratch):
         made = _empty(src, shape, dt, step.device, device)
         if made.startswith("ES"):
-            fresh.append(_Fresh(j, len(args), None, len(src.lines), _nbytes(shape, dt)))
+            fresh.append(Fresh(j, len(args), None, len(src.lines), _nbytes(shape, dt)))
         src.emit(f"s{j}_{k} = {made}")
         args.append(f"s{j}_{k}")
     src.locals.update(args)
@@ -595,64 +595,6 @@ def _chain_buffers(src: _Source, step, j: int, layouts: dict, fresh: list) -> li
 
 def _nbytes(shape, dt) -> int:
     return math.prod(int(d) for d in shape) * dt.itemsize
-
-
-# A line taken out of the code where it stood (moved to the chain's `else` branch)
-_MOVED = None
-
-
-@dataclass
-class _Fresh:
-    """A buffer a chain's `j`th kernel gets as its argument `position`, allocated anew at
-    `line`: an output (of `slot`) or a kernel's scratch (slot None), `nbytes` long; and,
-    once it is one of the chain's temporaries (`_temporaries`), the arguments of later
-    kernels that read it ((kernel, position, line) each)."""
-    j: int
-    position: int
-    slot: int | None
-    line: int
-    nbytes: int
-    readers: list = field(default_factory=list)
-
-
-def scratching() -> bool:
-    """FUSIONSTITCH_CHAIN_SCRATCH=0 allocates a chain's temporaries as tensors (the A/B)."""
-    return env_flag_default("FUSIONSTITCH_CHAIN_SCRATCH", True)
-
-
-def _temporaries(src: _Source, fresh: list, gone: set, start: int) -> list:
-    """The buffers of a pending chain that may live in its scratch (build.chain) rather
-    than in tensors: a kernel's scratch, and an output that is dead once the chain ran
-    (`gone`: dropped by its steps, not kept for a view, not offered to the pool) and
-    that nothing but the chain's own kernels reads: in the code since the chain's
-    first buffer (`start`), `values[slot]` stands in its allocation and in arguments
-    of later kernels of the chain (`a<j>_<k> = values[slot]`) only. A view of it, an op
-    reading it, anything else keeps it a tensor."""
-    temps = []
-    for f in fresh:
-        if f.slot is None:
-            temps.append(f)
-            continue
-        if f.slot not in gone:
-            continue
-        ref = f"values[{f.slot}]"
-        readers, ok = [], True
-        for at in range(start, len(src.lines)):
-            line = src.lines[at]
-            if line is _MOVED or ref not in line or at == f.line:
-                continue
-            m = _READER.fullmatch(line)
-            if m is None or m.group(3) != str(f.slot) or int(m.group(1)) <= f.j:
-                ok = False
-                break
-            readers.append((int(m.group(1)), int(m.group(2)), at))
-        if ok:
-            f.readers = readers
-            temps.append(f)
-    return temps
-
-
-_READER = re.compile(r"    a(\d+)_(\d+) = values\[(\d+)\]")
 
 
 def _new_output(src: _Source, step, k: int, slot: int, shape, dt, dev_name: str) -> str:
@@ -672,7 +614,7 @@ def _launch_chain(src: _Source, steps: list, args: list[list[str]], temps: list)
     refuses the chain. A chain with a `direct` entry (targets/cpp/pyentry.py) is called
     with the buffers as its arguments, no list built.
 
-    `temps` (`_temporaries`): buffers the chain's call keeps in its scratch instead (its
+    `temps` (`chain_scratch.temporaries`): buffers the chain's call keeps in its scratch instead (its
     target's `chain` places them, no tensor is allocated); their allocations, and the
     arguments that read them, move to the one-by-one branch, which needs tensors.
     Returns whether they did (False: no chain call, or one refusing the scratch)."""
@@ -691,10 +633,10 @@ def _launch_chain(src: _Source, steps: list, args: list[list[str]], temps: list)
         for t in temps:
             inside.add(args[t.j][t.position])
             moved.append(src.lines[t.line].strip())
-            src.lines[t.line] = _MOVED
+            src.lines[t.line] = MOVED
             for j, position, line in t.readers:
                 inside.add(args[j][position])
-                src.lines[line] = _MOVED
+                src.lines[line] = MOVED
                 moved.append(f"{args[j][position]} = {args[t.j][t.position]}")
     names = [src.name("K", step) for step in steps]
     pad = ""
