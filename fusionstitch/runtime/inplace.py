@@ -42,6 +42,7 @@ from ..codegen.kernel import Kernel, Load, Store, bodies
 from ..fusion.plan import KERNEL, FusionPlan
 from ..ir.graph import ITEMSIZE, Ref, TensorType
 from ..ir.ops import lookup, view_root
+from ..ir.symbolic import hint
 
 log = logging.getLogger("fusionstitch.runtime")
 
@@ -277,10 +278,13 @@ def kernel_hazard(kernel: Kernel, param: str, out_buf) -> str | None:
         for b, body in enumerate(bodies(comp)):
             for k, s in enumerate(body):
                 if isinstance(s, Store) and s.buffer == out_buf.name:
-                    stores.append((c, b, k, s.index))
+                    stores.append((c, b, k, s.index, s))
     if len(stores) != 1:
         return f"the new value is stored {len(stores)} times"
-    sc, sb, sk, sindex = stores[0]
+    sc, sb, sk, sindex, store = stores[0]
+    why = _not_one_to_one(kernel.components[sc], sb, store, out_buf)
+    if why is not None:
+        return why
     for c, comp in enumerate(kernel.components):
         for b, body in enumerate(bodies(comp)):   # a batch component's stages included
             for k, s in enumerate(body):
@@ -293,6 +297,55 @@ def kernel_hazard(kernel: Kernel, param: str, out_buf) -> str | None:
                 if _contiguous(s.index, ins[s.buffer], sizes) != sindex:
                     return (f"the input is read at {E.to_source(s.index)}, another element "
                             f"than the one written ({E.to_source(sindex)})")
+    return None
+
+
+# the masks a lowering gives a body's statements when nothing narrows them: every
+# point of the body's domain (`and` of two of these for a loop over r or a GEMM tile)
+_DOMAIN_MASKS = frozenset({"xmask", "rmask", "ymask"})
+
+
+def _domains(c) -> list[int] | None:
+    """How many points run each of `bodies(c)` (hinted sizes), or None for a component
+    whose points do not map one to one onto its bodies' stores (a GEMM tile, scatter)."""
+    from ..codegen.kernel import hinted_value
+    x, r = hinted_value(c.xnumel), hinted_value(c.rnumel)
+    if c.kind == "flat":
+        return [x]
+    if c.kind == "reduce":
+        return [x * r] * len(c.loops) + [x]
+    if c.kind == "batch":
+        out = []
+        for st in c.stages:
+            inner = _domains(st)
+            if inner is None:
+                return None
+            out.extend(x * n for n in inner)
+        return out
+    return None
+
+
+def _not_one_to_one(comp, body: int, store, out_buf) -> str | None:
+    """Why the store of the new value might not write each element at exactly one point
+    of its body's domain, the point that reads the old element: it runs under a narrower
+    mask (an output smaller than the loop, such as a [1] input broadcast over the loop,
+    stored by its first point only while every point reads it), or the domain holds
+    another number of points than the buffer elements. A store that every point runs and
+    that writes the whole buffer with as many points as elements is a bijection."""
+    mask = store.mask
+    if mask is not None and mask not in _DOMAIN_MASKS:
+        stmts = [s for s in bodies(comp)[body] if getattr(s, "var", None) == mask]
+        if not (stmts and getattr(stmts[0], "op", None) == "and"
+                and set(stmts[0].args) <= _DOMAIN_MASKS):
+            return "the new value is stored at some points of the loop only (a broadcast)"
+    domains = _domains(comp)
+    if domains is None:
+        return f"a {comp.kind} component stores it"
+    numel = 1
+    for d in out_buf.shape:
+        numel *= hint(d)
+    if domains[body] != numel:
+        return f"its loop has {domains[body]} points for {numel} elements"
     return None
 
 

@@ -176,3 +176,48 @@ def test_new_value_saved_for_backward_gets_its_own_memory(target):
     # the product reads the bf16 buffer: eager rounds the new value first (a kernel that
     # keeps fp32 there is nearer to float64; see the OpInfo sweep's tolerance)
     torch.testing.assert_close(got, ref, rtol=1e-2, atol=1e-2)
+
+
+def _scale_by_one_element(a, s):
+    """A one-element input read at every point of a loop over a larger tensor and updated
+    in the same kernel: its new value is stored by one point only (a mask), so storing it
+    into the input would change what the other points read."""
+    out = torch.where(a > 0, s, a)
+    s.mul_(2)
+    return out, out + s
+
+
+def _row_sums_scaled_by_a_scalar(a, s):
+    out = (a * s).sum(1)
+    s.add_(1)
+    return out, a * s
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fn,shape", [(_scale_by_one_element, (1,)),
+                                      (_scale_by_one_element, ()),
+                                      (_row_sums_scaled_by_a_scalar, ())])
+def test_one_element_input_read_by_every_point_is_not_written_in_place(target, fn, shape):
+    """The fuzzer's wrong number (seed 120009): `where(mask, a2, a0)` with a2 of shape [1]
+    updated in place read a2's new value at every point after the first."""
+    def make():
+        return [torch.randn(3, 5), torch.randn(shape)]
+    writes, a, b, ref, got = run_both(fn, make, target)
+    assert_same(ref, got)
+    assert_same(a, b)
+
+
+def test_kernel_hazard_sees_a_store_by_some_points_only():
+    from fusionstitch.codegen.lower import lower_group
+    from fusionstitch.ir.text import parse
+    g = parse("""graph h(%p: f32[1], %a: f32[2]) {
+  %w: f32[2] = add.Tensor(%a, %p)
+  %n: f32[1] = mul.Tensor(%p, 2.0)
+  %y: f32[2] = add.Tensor(%w, %n)
+  return (%y, %n)
+}""")
+    k = lower_group(g, ["w", "n", "y"], "k")
+    assert len(k.components) == 1
+    new = next(b for b in k.outputs if b.value == "n")
+    why = kernel_hazard(k, "p", new)
+    assert why is not None and "some points" in why
