@@ -305,9 +305,10 @@ def kernel_hazard(kernel: Kernel, param: str, out_buf) -> str | None:
 _DOMAIN_MASKS = frozenset({"xmask", "rmask", "ymask"})
 
 
-def _domains(c) -> list[int] | None:
-    """How many points run each of `bodies(c)` (hinted sizes), or None for a component
-    whose points do not map one to one onto its bodies' stores (a GEMM tile, scatter)."""
+def _domains(c) -> list[int | None]:
+    """How many points run each of `bodies(c)` (hinted sizes); None for a body whose points
+    do not map one to one onto its stores' elements as counted here (a GEMM tile, a
+    scatter)."""
     from ..codegen.kernel import hinted_value
     x, r = hinted_value(c.xnumel), hinted_value(c.rnumel)
     if c.kind == "flat":
@@ -315,14 +316,8 @@ def _domains(c) -> list[int] | None:
     if c.kind == "reduce":
         return [x * r] * len(c.loops) + [x]
     if c.kind == "batch":
-        out = []
-        for st in c.stages:
-            inner = _domains(st)
-            if inner is None:
-                return None
-            out.extend(x * n for n in inner)
-        return out
-    return None
+        return [None if n is None else x * n for st in c.stages for n in _domains(st)]
+    return [None] * len(bodies(c))
 
 
 def _not_one_to_one(comp, body: int, store, out_buf) -> str | None:
@@ -338,14 +333,14 @@ def _not_one_to_one(comp, body: int, store, out_buf) -> str | None:
         if not (stmts and getattr(stmts[0], "op", None) == "and"
                 and set(stmts[0].args) <= _DOMAIN_MASKS):
             return "the new value is stored at some points of the loop only (a broadcast)"
-    domains = _domains(comp)
-    if domains is None:
-        return f"a {comp.kind} component stores it"
+    points = _domains(comp)[body]
+    if points is None:
+        return "a GEMM tile or a scatter stores it"
     numel = 1
     for d in out_buf.shape:
         numel *= hint(d)
-    if domains[body] != numel:
-        return f"its loop has {domains[body]} points for {numel} elements"
+    if points != numel:
+        return f"its loop has {points} points for {numel} elements"
     return None
 
 
