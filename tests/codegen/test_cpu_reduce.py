@@ -223,6 +223,46 @@ def test_short_rows_version_and_the_general_one(rows, cols):
             assert mx[2].isnan() and not mx[3].isnan()
 
 
+@pytest.mark.parametrize("nan_at", [None, 0, 7, 8, 15])
+def test_rows_of_16_accumulate_in_lanes_summed_as_a_tree(nan_at):
+    """Rows of 16 (a multiple of ROW_LANES) in the `rnumel == 16` version: each reduction
+    accumulates in 16 lanes combined as a tree after the row, not GCC's `simd reduction`
+    end (16 dependent scalar adds with AVX-512). Sums, NaN-propagating max and min
+    (a NaN in any lane), a sum of squares read back by a later loop, -inf rows."""
+    kb = KB()
+    m, n = kb.sym("m", 64), kb.sym("n", 16)
+    ina, (s0, s1) = kb.input(torch.randn(64, 16))
+    o_y, o_ss, o_mx, o_mn = kb.output((64, 16), "f32"), kb.output((64,), "f32"), \
+        kb.output((64,), "f32"), kb.output((64,), "f32")
+    k = kb.kernel("lanes16", reduce(m, n, [
+        [Load("v", ina, X * s0 + R * s1, None, "f32"), Reduce("s", "sum", "v", "f32"),
+         Reduce("mx", "max", "v", "f32"), Reduce("mn", "min", "v", "f32")],
+        [Load("w", ina, X * s0 + R * s1, None, "f32"), Index("cnt", n),
+         Op("cf", "cast", ("cnt",), "f32"), Op("mean", "truediv", ("s", "cf"), "f32"),
+         Op("d", "sub", ("w", "mean"), "f32"), Op("q", "mul", ("d", "d"), "f32"),
+         Reduce("ss", "sum", "q", "f32")],
+        [Load("u", ina, X * s0 + R * s1, None, "f32"), Op("y", "sub", ("u", "mx"), "f32"),
+         Store(o_y, X * n + R, "y", None)]],
+        [Store(o_ss, X, "ss", None), Store(o_mx, X, "mx", None), Store(o_mn, X, "mn", None)]))
+    src = cpu.cpp_source(k)
+    assert "if (rnumel == 16) {" in src and "_lanes[rl + 8]" in src
+    run = compile_one(k)
+    a = torch.randn(64, 16) * 100
+    a[5, :] = float("-inf")
+    if nan_at is not None:
+        a[9, nan_at] = float("nan")
+    y, ss, mx, mn = launch(run, kb, [a], [torch.empty(64, 16), torch.empty(64),
+                                          torch.empty(64), torch.empty(64)], [64, 16, 16, 1])
+    torch.testing.assert_close(mx, a.amax(1), equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(mn, a.amin(1), equal_nan=True, rtol=0, atol=0)
+    ok = torch.ones(64, dtype=torch.bool)
+    ok[5] = False   # (-inf - -inf: NaN either way)
+    want_ss = ((a.double() - a.double().mean(1, keepdim=True)) ** 2).sum(1).float()
+    torch.testing.assert_close(ss[ok], want_ss[ok], rtol=1e-5, atol=1e-3, equal_nan=True)
+    torch.testing.assert_close(y, a - a.amax(1, keepdim=True), equal_nan=True)
+    assert mx[9].isnan() == (nan_at is not None) and not mx[10].isnan()
+
+
 def test_one_row_reduction_runs_the_loops_over_r_in_parallel():
     """sum and max of everything, then each element minus the mean (xnumel == 1)."""
     a = torch.randn(100_000)

@@ -331,6 +331,7 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         self.serial = False                     # the component printed runs on one thread
         self.r_inside = False                   # columns: the loop over r inside the lanes'
         self.r_simd = False                     # ... and run as SIMD lanes along r (rows)
+        self.rn_known = None                    # ... over rows of this (constant) length
         self.block = COLUMN_BLOCK               # columns: lanes (x) of a block
         # inside `hoisting`: the index terms computed once before the loop (text -> name)
         # and the variables they may read
