@@ -304,3 +304,28 @@ def test_nan_propagation_max_min_and_int_reductions():
         kb, k = row_kernel(ints, kind)
         got = launch(compile_one(k), kb, [ints], [torch.empty(4, dtype=torch.int64)])[0]
         assert torch.equal(got, want), kind                 # sums and products wrap
+
+
+@pytest.mark.parametrize("cols,lanes", [(32, 16), (48, 16), (64, 16), (24, 8), (20, 0)])
+def test_row_order_rows_of_known_length_accumulate_in_lanes(cols, lanes):
+    """The row order's version for rows as long as expected (at most SMALL_R): a length
+    that 16 (else 8) divides accumulates in that many lanes, combined as a tree after
+    the row; another length keeps the `simd reduction` clause. NaN in several lane
+    positions, -inf rows, exact max/min and integer results."""
+    a = torch.randn(40, cols) * 10
+    for row, col in ((1, 0), (2, lanes - 1 if lanes else 3), (3, cols - 1), (4, cols // 2)):
+        a[row, col] = float("nan")
+    a[6, :] = float("-inf")
+    for kind, want in (("sum", a.sum(1)), ("max", a.amax(1)), ("min", a.amin(1))):
+        kb, k = row_kernel(a, kind)
+        src = cpu.cpp_source(k)
+        assert f"if (rnumel == {cols}) {{" in src
+        assert (f"_lanes[rl + {lanes // 2}]" in src) == bool(lanes), kind
+        got = launch(compile_one(k), kb, [a], [torch.empty(40)])[0]
+        exact = 0 if kind != "sum" else None
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=exact, atol=exact)
+    ints = torch.randint(-2**62, 2**62, (40, cols))
+    for kind, want in (("sum", ints.sum(1)), ("max", ints.amax(1)), ("prod", ints.prod(1))):
+        kb, k = row_kernel(ints, kind)
+        got = launch(compile_one(k), kb, [ints], [torch.empty(40, dtype=torch.int64)])[0]
+        assert torch.equal(got, want), kind

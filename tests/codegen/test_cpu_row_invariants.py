@@ -39,7 +39,8 @@ def _loops(src: str) -> list[tuple[str, str]]:
     dense = src.split("// dense")[1].split("} else {")[0]
     out = []
     for part in dense.split("// loop ")[1:]:
-        head, _, body = part.partition("for (int64_t r = ")
+        # (a row of known length runs in blocks of lanes: `for (int64_t rb = `)
+        head, _, body = re.split(r"(for \(int64_t rb? = )", part, maxsplit=1)
         out.append((head, body.split("const float red")[0]))
     return out
 

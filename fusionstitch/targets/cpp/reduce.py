@@ -221,7 +221,11 @@ class ReduceLoops:
             # fold away; mean over rows of 32: 1.25x Inductor's time with them)
             self.emit(depth, f"if (rnumel == {rn}) {{")
             self.emit(depth + 1, f"const int64_t rnumel = {rn};  // shadows: known trips")
-            self.row_order(depth + 1, c)
+            self.rn_known = rn
+            try:
+                self.row_order(depth + 1, c)
+            finally:
+                self.rn_known = None
             self.emit(depth, "} else {")
             self.row_order(depth + 1, c)
             self.emit(depth, "}")
@@ -365,7 +369,20 @@ class ReduceLoops:
                        and red.dtype != "f64"] if rows is None and simd and not parallel \
                 else []
             body_accs = accs          # what the loop body accumulates into
-            if blocked:
+            lanes = _row_lanes(reduces, self.rn_known) \
+                if simd and not parallel and rows is None else 0
+            if lanes:
+                # a row of known length in blocks of `lanes` lanes, each lane its own
+                # accumulator, the lanes combined as a tree after the row (`row_lane_sums`)
+                blocked = []
+                self.emit(depth, "{")
+                body_accs = self.row_lane_accumulators(depth + 1, reduces, accs, lanes)
+                self.emit(depth + 1, f"for (int64_t rb = 0; rb < rnumel; rb += {lanes}) {{")
+                self.emit(depth + 2, "#pragma omp simd")
+                self.emit(depth + 2, f"for (int64_t rl = 0; rl < {lanes}; ++rl) {{")
+                self.emit(depth + 3, "const int64_t r = rb + rl;")
+                inner = depth + 3
+            elif blocked:
                 # r in blocks: float partial sums per block, added into the double accumulators
                 part_of = {accs[red.var][0]: self.names.fresh(self.var(red.var) + "_part")
                            for red in blocked}
@@ -413,6 +430,15 @@ class ReduceLoops:
             self.rrows = rows
             self.loop_stmts(inner, j, body, inside, body_accs, hoisted)
             self.rrows = None
+            if lanes:
+                self.emit(depth + 2, "}")
+                self.emit(depth + 1, "}")
+                sums = self.row_lane_sums(depth + 1, reduces, body_accs, lanes)
+                for red in reduces:
+                    (acc, nan), (value, flag) = accs[red.var], sums[red.var]
+                    self.emit(depth + 1, f"{acc} = {value};")
+                    if nan:
+                        self.emit(depth + 1, f"{nan} = {flag};")
             if blocked:
                 self.emit(depth + 2, "}")
                 for acc, part in part_of.items():
