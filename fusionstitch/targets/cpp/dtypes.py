@@ -1,4 +1,5 @@
-"""Types of the cpu target: IR dtypes as C types, and the limits reductions start from."""
+"""Types of the cpu target: IR dtypes as C types, the limits reductions start from and
+their accumulators' types."""
 from __future__ import annotations
 
 from .build import CannotPrint
@@ -25,3 +26,25 @@ INT_LIMITS = {"i64": ("INT64_MIN", "INT64_MAX"), "i32": ("INT32_MIN", "INT32_MAX
                "i16": ("INT16_MIN", "INT16_MAX"), "i8": ("INT8_MIN", "INT8_MAX"),
                "u8": ("0", "UINT8_MAX")}
 REDUCE_INIT_FLOAT = {"sum": "0", "prod": "1", "max": "-fs::inf", "min": "fs::inf"}
+
+# the OpenMP reduction clause of each reduction kind
+REDUCE_CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
+
+
+def acc_type(red, short: bool) -> tuple[str, str]:
+    """(C type, initial value) of a reduction's accumulator; `short`: it adds at most
+    as many float terms as a SIMD lane of the row order's SUM_BLOCK (float sums then stay
+    in float)."""
+    dt = red.dtype
+    if red.kind not in REDUCE_CLAUSE:
+        raise CannotPrint(f"cpu backend: unknown reduction {red.kind!r}")
+    if dt == "b8":
+        return "bool", {"sum": "false", "prod": "true", "max": "false", "min": "true"}[red.kind]
+    if dt in FLOATS:
+        # float sums accumulate in double: a row of 1e5 elements summed in float drifts
+        # ~1e-3 from the exact value, far more than torch's pairwise sums
+        return ("double" if red.kind == "sum" and not short else ctype(dt),
+                REDUCE_INIT_FLOAT[red.kind])
+    if red.kind in ("sum", "prod"):
+        return WIDE_UNSIGNED[dt], "0" if red.kind == "sum" else "1"      # wraps
+    return ctype(dt), INT_LIMITS[dt][0 if red.kind == "max" else 1]

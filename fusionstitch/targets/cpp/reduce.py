@@ -28,11 +28,11 @@ import contextlib
 import math
 
 from ...codegen import expr as E
-from .build import CannotPrint
 from .flat import PARALLEL_GRAIN, simd_safe
 from .index import lowering_value
-from .dtypes import (FLOATS, HALVES, INT_LIMITS, INTS, REDUCE_INIT_FLOAT, WIDE_UNSIGNED,
-                        ctype)
+from .dtypes import REDUCE_CLAUSE as _CLAUSE
+from .dtypes import FLOATS, HALVES, INTS, acc_type, ctype
+from .row_lanes import RowLanes, row_lanes
 from ...codegen.kernel import Component, Constant, Index, Load, Op, Reduce, Store, varies_with_r
 from .invariant import row_invariants
 from .rowbuf import RowPlan, costly, plan_rows, uses
@@ -85,7 +85,6 @@ ROWS_BLOCK = 16
 # with AVX2); a double accumulator per element cost a conversion and two double adds per
 # 8 lanes, loaded and stored each row (sum over [2048, 64, 32] dim 0: 10.1 -> 8.3 ms)
 COLUMN_SUM_BLOCK = 32
-_CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 
 
 def column_major(c: Component, dense, numel: dict[str, int] | None = None) -> bool:
@@ -139,46 +138,12 @@ def _moving_with_r(body, kept=frozenset()) -> frozenset[str]:
     return varies_with_r(body, {"r"} | set(kept))
 
 
-def acc_type(red: Reduce, short: bool) -> tuple[str, str]:
-    """(C type, initial value) of a reduction's accumulator; `short`: it adds at most
-    as many float terms as a SIMD lane of the row order's SUM_BLOCK (float sums then stay
-    in float)."""
-    dt = red.dtype
-    if red.kind not in _CLAUSE:
-        raise CannotPrint(f"cpu backend: unknown reduction {red.kind!r}")
-    if dt == "b8":
-        return "bool", {"sum": "false", "prod": "true", "max": "false", "min": "true"}[red.kind]
-    if dt in FLOATS:
-        # float sums accumulate in double: a row of 1e5 elements summed in float drifts
-        # ~1e-3 from the exact value, far more than torch's pairwise sums
-        return ("double" if red.kind == "sum" and not short else ctype(dt),
-                REDUCE_INIT_FLOAT[red.kind])
-    if red.kind in ("sum", "prod"):
-        return WIDE_UNSIGNED[dt], "0" if red.kind == "sum" else "1"      # wraps
-    return ctype(dt), INT_LIMITS[dt][0 if red.kind == "max" else 1]
-
-
-# a row's loop over r as SIMD lanes accumulates each reduction in this many lanes (a
-# vector of AVX-512 floats, two of AVX2), combined as a tree after the row: the same
-# sums in the same order whatever vector width GCC picks
-ROW_LANES = 16
-
-
-def _row_lanes(reduces, rn) -> int:
-    """How many accumulator lanes a row of known length `rn` uses (`row_lane_sums`): the
-    largest of ROW_LANES, 8 that divides it (the loop then needs no tail, whose lanes
-    would read and write row buffers past the row), else 0 (a `simd reduction` clause)."""
-    if not reduces or type(rn) is not int or rn <= 0:
-        return 0
-    return next((w for w in (ROW_LANES, 8) if rn % w == 0), 0)
-
-
 def _dtype(s) -> str:
     """The dtype of a statement's value (Index values are int64 on this target)."""
     return "i64" if isinstance(s, Index) else s.dtype
 
 
-class ReduceLoops:
+class ReduceLoops(RowLanes):
     """Printing of reduce components; mixed into cpu._Printer."""
 
     def reduce_component(self, depth: int, c: Component) -> None:
@@ -369,7 +334,7 @@ class ReduceLoops:
                        and red.dtype != "f64"] if rows is None and simd and not parallel \
                 else []
             body_accs = accs          # what the loop body accumulates into
-            lanes = _row_lanes(reduces, self.rn_known) \
+            lanes = row_lanes(reduces, self.rn_known) \
                 if simd and not parallel and rows is None else 0
             if lanes:
                 # a row of known length in blocks of `lanes` lanes, each lane its own
@@ -782,7 +747,7 @@ class ReduceLoops:
                 self.emit(depth + 1, f"const {ctype(dt)} {self.var(var)} = {arr}[xl];")
                 env[var] = dt
         row_accs = {}
-        lanes_of = _row_lanes(reduces, self.rn_known) if r_simd else 0
+        lanes_of = row_lanes(reduces, self.rn_known) if r_simd else 0
         if lanes_of:
             # one row in blocks of `lanes_of` lanes, each lane its own accumulator, the
             # lanes then summed as a tree (`row_lane_sums`)
@@ -845,52 +810,6 @@ class ReduceLoops:
         for var, arr in after:
             self.emit(depth + 1, f"{arr}[xl] = {self.var(var)};")
         self.emit(depth, "}")
-
-    def row_lane_accumulators(self, depth: int, reduces, accs, lanes: int) -> dict:
-        """Per reduction, an array of `lanes` accumulators (and NaN flags) set to its
-        identity: {var: (accumulator of lane rl, its flag or None)}."""
-        out = {}
-        for red in reduces:
-            decl, init = acc_type(red, True)
-            part = self.names.fresh(self.var(red.var) + "_lanes")
-            self.emit(depth, f"{decl} {part}[{lanes}];")
-            flag = None
-            if accs[red.var][1]:
-                flag = self.names.fresh(self.var(red.var) + "_lanenan")
-                self.emit(depth, f"int {flag}[{lanes}];  // a lane saw a NaN")
-            self.emit(depth, f"for (int rl = 0; rl < {lanes}; ++rl) {{ {part}[rl] = {init};"
-                             + (f" {flag}[rl] = 0;" if flag else "") + " }")
-            out[red.var] = (f"{part}[rl]", f"{flag}[rl]" if flag else None)
-        return out
-
-    def row_lane_sums(self, depth: int, reduces, lane_accs: dict, lanes: int) -> dict:
-        """The lanes of each reduction combined as a tree (lane l with lane l + w, w
-        halving), into lane 0: {var: (its value, its flag or None)}. GCC's own end of a
-        `simd reduction` adds the lanes one after another in scalar code (16 dependent
-        adds per row with AVX-512): var over [4096, 64, 16] dim 2, one thread, 2026-11,
-        6.3 -> 4.1 ms (Inductor 4.1)."""
-        out = {}
-        for red in reduces:
-            part, flag = (a.removesuffix("[rl]") if a else None for a in lane_accs[red.var])
-            w = lanes // 2
-            while w >= 1:
-                a, b = f"{part}[rl]", f"{part}[rl + {w}]"
-                if red.dtype == "b8":
-                    op = {"sum": "|", "max": "|", "prod": "&", "min": "&"}[red.kind]
-                    step = f"{a} = {a} {op} {b};"
-                elif red.kind in ("sum", "prod"):
-                    step = f"{a} {'+=' if red.kind == 'sum' else '*='} {b};"
-                else:
-                    cmp = ">" if red.kind == "max" else "<"
-                    step = f"{a} = {b} {cmp} {a} ? {b} : {a};"
-                if flag:
-                    step += f" {flag}[rl] |= {flag}[rl + {w}];"
-                # (without the pragma GCC adds the lanes of a register one by one again)
-                self.emit(depth, "#pragma omp simd")
-                self.emit(depth, f"for (int rl = 0; rl < {w}; ++rl) {{ {step} }}")
-                w //= 2
-            out[red.var] = (f"{part}[0]", f"{flag}[0]" if flag else None)
-        return out
 
     def lane(self, var: str) -> str:
         """The lane array of a value held per column of a block."""
