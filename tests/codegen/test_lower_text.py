@@ -122,7 +122,7 @@ extern "C" void fs_k(
                 const float ld4 = xmask ? in1[x % ks1] : 0.0f;
                 const float v5 = v3 + ld4;
                 const float c6 = 0.0f;
-                const float v7 = fs::maximum<float>(v5, c6);
+                const float v7 = v5 < c6 ? c6 : v5;
                 if (xmask) out0[x] = v7;
             }
         } else {
@@ -146,7 +146,7 @@ extern "C" void fs_k(
                     const float ld4 = xmask ? in1[xi * in1_s0] : 0.0f;
                     const float v5 = v3 + ld4;
                     const float c6 = 0.0f;
-                    const float v7 = fs::maximum<float>(v5, c6);
+                    const float v7 = v5 < c6 ? c6 : v5;
                     if (xmask) out0[xoff_1 + xi] = v7;
                 }
             }
