@@ -34,11 +34,12 @@ FUSIONSTITCH_INPLACE=0). Fresh big outputs fault every page in on first touch (t
 from __future__ import annotations
 
 import logging
+import math
 
 import torch
 
 from ..codegen import expr as E
-from ..codegen.kernel import Kernel, Load, Store, bodies
+from ..codegen.kernel import Kernel, Load, Store, bodies, hinted_value
 from ..fusion.plan import KERNEL, FusionPlan
 from ..ir.graph import ITEMSIZE, Ref, TensorType
 from ..ir.ops import lookup, view_root
@@ -309,7 +310,6 @@ def _domains(c) -> list[int | None]:
     """How many points run each of `bodies(c)` (hinted sizes); None for a body whose points
     do not map one to one onto its stores' elements as counted here (a GEMM tile, a
     scatter)."""
-    from ..codegen.kernel import hinted_value
     x, r = hinted_value(c.xnumel), hinted_value(c.rnumel)
     if c.kind == "flat":
         return [x]
@@ -336,9 +336,7 @@ def _not_one_to_one(comp, body: int, store, out_buf) -> str | None:
     points = _domains(comp)[body]
     if points is None:
         return "a GEMM tile or a scatter stores it"
-    numel = 1
-    for d in out_buf.shape:
-        numel *= hint(d)
+    numel = math.prod(hint(d) for d in out_buf.shape)
     if points != numel:
         return f"its loop has {points} points for {numel} elements"
     return None

@@ -182,6 +182,34 @@ def test_column_order_two_levels(cols):
         assert mx[3].isnan() and not mx[4].isnan()
 
 
+def _centred_rows(name: str, rows: int, cols: int, with_min: bool = False):
+    """A kernel over rows (lowered for [rows, cols]) of three loops: the row's sum and
+    NaN-propagating max (and min), then the centred sum of squares (reading the first
+    loop's sum), then each element minus the max. Outputs: y [rows, cols], ss, mx (and
+    mn) [rows]."""
+    kb = KB()
+    m, n = kb.sym("m", rows), kb.sym("n", cols)
+    ina, (s0, s1) = kb.input(torch.randn(rows, cols))
+    o_y, o_ss, o_mx = kb.output((rows, cols), "f32"), kb.output((rows,), "f32"), \
+        kb.output((rows,), "f32")
+    first = [Load("v", ina, X * s0 + R * s1, None, "f32"), Reduce("s", "sum", "v", "f32"),
+             Reduce("mx", "max", "v", "f32")]
+    epilogue = [Store(o_ss, X, "ss", None), Store(o_mx, X, "mx", None)]
+    if with_min:
+        first.append(Reduce("mn", "min", "v", "f32"))
+        epilogue.append(Store(kb.output((rows,), "f32"), X, "mn", None))
+    k = kb.kernel(name, reduce(m, n, [
+        first,
+        [Load("w", ina, X * s0 + R * s1, None, "f32"), Index("cnt", n),
+         Op("cf", "cast", ("cnt",), "f32"), Op("mean", "truediv", ("s", "cf"), "f32"),
+         Op("d", "sub", ("w", "mean"), "f32"), Op("q", "mul", ("d", "d"), "f32"),
+         Reduce("ss", "sum", "q", "f32")],
+        [Load("u", ina, X * s0 + R * s1, None, "f32"), Op("y", "sub", ("u", "mx"), "f32"),
+         Store(o_y, X * n + R, "y", None)]],
+        epilogue))
+    return kb, k
+
+
 @pytest.mark.parametrize("rows,cols", [(37, 12), (40, 16), (5, 7), (3, 40), (16, 12),
                                        (0, 12)])
 def test_short_rows_version_and_the_general_one(rows, cols):
@@ -190,21 +218,7 @@ def test_short_rows_version_and_the_general_one(rows, cols):
     lengths it takes the general version, with other strides the strided one. Sum, NaN-
     propagating max, a centred sum of squares (the second loop reads the first's
     results), a per-element store (the third); a NaN in one row stays in that row."""
-    kb = KB()
-    m, n = kb.sym("m", 37), kb.sym("n", 12)
-    ina, (s0, s1) = kb.input(torch.randn(37, 12))
-    o_y, o_ss, o_mx = kb.output((37, 12), "f32"), kb.output((37,), "f32"), \
-        kb.output((37,), "f32")
-    k = kb.kernel("shortrows", reduce(m, n, [
-        [Load("v", ina, X * s0 + R * s1, None, "f32"), Reduce("s", "sum", "v", "f32"),
-         Reduce("mx", "max", "v", "f32")],
-        [Load("w", ina, X * s0 + R * s1, None, "f32"), Index("cnt", n),
-         Op("cf", "cast", ("cnt",), "f32"), Op("mean", "truediv", ("s", "cf"), "f32"),
-         Op("d", "sub", ("w", "mean"), "f32"), Op("q", "mul", ("d", "d"), "f32"),
-         Reduce("ss", "sum", "q", "f32")],
-        [Load("u", ina, X * s0 + R * s1, None, "f32"), Op("y", "sub", ("u", "mx"), "f32"),
-         Store(o_y, X * n + R, "y", None)]],
-        [Store(o_ss, X, "ss", None), Store(o_mx, X, "mx", None)]))
+    kb, k = _centred_rows("shortrows", 37, 12)
     src = cpu.cpp_source(k)
     assert "if (rnumel == 12) {" in src and "SIMD along r" in src
     run = compile_one(k)
@@ -229,21 +243,7 @@ def test_rows_of_16_accumulate_in_lanes_summed_as_a_tree(nan_at):
     accumulates in 16 lanes combined as a tree after the row, not GCC's `simd reduction`
     end (16 dependent scalar adds with AVX-512). Sums, NaN-propagating max and min
     (a NaN in any lane), a sum of squares read back by a later loop, -inf rows."""
-    kb = KB()
-    m, n = kb.sym("m", 64), kb.sym("n", 16)
-    ina, (s0, s1) = kb.input(torch.randn(64, 16))
-    o_y, o_ss, o_mx, o_mn = kb.output((64, 16), "f32"), kb.output((64,), "f32"), \
-        kb.output((64,), "f32"), kb.output((64,), "f32")
-    k = kb.kernel("lanes16", reduce(m, n, [
-        [Load("v", ina, X * s0 + R * s1, None, "f32"), Reduce("s", "sum", "v", "f32"),
-         Reduce("mx", "max", "v", "f32"), Reduce("mn", "min", "v", "f32")],
-        [Load("w", ina, X * s0 + R * s1, None, "f32"), Index("cnt", n),
-         Op("cf", "cast", ("cnt",), "f32"), Op("mean", "truediv", ("s", "cf"), "f32"),
-         Op("d", "sub", ("w", "mean"), "f32"), Op("q", "mul", ("d", "d"), "f32"),
-         Reduce("ss", "sum", "q", "f32")],
-        [Load("u", ina, X * s0 + R * s1, None, "f32"), Op("y", "sub", ("u", "mx"), "f32"),
-         Store(o_y, X * n + R, "y", None)]],
-        [Store(o_ss, X, "ss", None), Store(o_mx, X, "mx", None), Store(o_mn, X, "mn", None)]))
+    kb, k = _centred_rows("lanes16", 64, 16, with_min=True)
     src = cpu.cpp_source(k)
     assert "if (rnumel == 16) {" in src and "_lanes[rl + 8]" in src
     run = compile_one(k)

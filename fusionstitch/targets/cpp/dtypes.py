@@ -48,3 +48,18 @@ def acc_type(red, short: bool) -> tuple[str, str]:
     if red.kind in ("sum", "prod"):
         return WIDE_UNSIGNED[dt], "0" if red.kind == "sum" else "1"      # wraps
     return ctype(dt), INT_LIMITS[dt][0 if red.kind == "max" else 1]
+
+
+# a bool reduction's operator (any for sum and max, all for prod and min)
+BOOL_REDUCE_OP = {"sum": "|", "max": "|", "prod": "&", "min": "&"}
+
+
+def reduce_step(kind: str, dtype: str, acc: str, v: str) -> str:
+    """The C statement adding value `v` into accumulator `acc` of a `kind` reduction of
+    `dtype` (an integer `v` already in the accumulator's wide unsigned type): a loop's
+    step, and a step of the lanes' tree (row_lanes.py). NaN flags are the caller's."""
+    if dtype == "b8":
+        return f"{acc} = {acc} {BOOL_REDUCE_OP[kind]} {v};"
+    if kind in ("sum", "prod"):
+        return f"{acc} {'+=' if kind == 'sum' else '*='} {v};"
+    return f"{acc} = {v} {'>' if kind == 'max' else '<'} {acc} ? {v} : {acc};"

@@ -146,7 +146,8 @@ from .build import (ERROR_ARG, FLAGS, CannotPrint, CompileFailed,  # noqa: F401
 from .index import (expected_values, merge_digits, merge_plan, rename_expr, specialize,
                     split_rows)
 from .preamble import PREAMBLE
-from .dtypes import (CTYPE, FLOATS, HALVES, INTS, STORAGE, WIDE_UNSIGNED, ctype)
+from .dtypes import (CTYPE, FLOATS, HALVES, INTS, STORAGE, WIDE_UNSIGNED, ctype,
+                     reduce_step)
 from ...codegen.kernel import (
     BINARY,
     COMPARISONS,
@@ -161,6 +162,7 @@ from ...codegen.kernel import (
     Reduce,
     Stmt,
     Store,
+    bodies,
     constant_syms,
 )
 # the flat loops' thresholds, named here too (cpu.ROW_BLOCK)
@@ -332,7 +334,9 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         self.r_inside = False                   # columns: the loop over r inside the lanes'
         self.r_simd = False                     # ... and run as SIMD lanes along r (rows)
         self.rn_known = None                    # ... over rows of this (constant) length
-        self.constant_of: dict[str, object] = {}  # Constant statements' values, by variable
+        # the kernel's Constant statements' values, by variable
+        self.constant_of = {st.var: st.value for c in kernel.components
+                            for body in bodies(c) for st in body if isinstance(st, Constant)}
         self.block = COLUMN_BLOCK               # columns: lanes (x) of a block
         # inside `hoisting`: the index terms computed once before the loop (text -> name)
         # and the variables they may read
@@ -559,7 +563,6 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
             env[s.var] = self.index_dtype
             self.int64_vars.add(s.var)
         elif isinstance(s, Constant):
-            self.constant_of[s.var] = s.value
             self.emit(depth, f"const {ctype(s.dtype)} {self.var(s.var)} = "
                              f"{_literal(s.value, s.dtype)};")
             env[s.var] = s.dtype
@@ -596,19 +599,11 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
             acc, nan = accs[s.var]
             v = self.arg(s.value, env)[0]
             dt = s.dtype
-            if dt == "b8":
-                op = {"sum": "|", "max": "|", "prod": "&", "min": "&"}[s.kind]
-                self.emit(depth, f"{acc} = {acc} {op} {v};")
-            elif s.kind in ("sum", "prod"):
-                op = "+=" if s.kind == "sum" else "*="
-                if dt in INTS:
-                    v = f"({WIDE_UNSIGNED[dt]}){v}"
-                self.emit(depth, f"{acc} {op} {v};")
-            else:
-                cmp = ">" if s.kind == "max" else "<"
-                self.emit(depth, f"{acc} = {v} {cmp} {acc} ? {v} : {acc};")
-                if nan:
-                    self.emit(depth, f"{nan} |= {v} != {v};")
+            if dt in INTS and s.kind in ("sum", "prod"):
+                v = f"({WIDE_UNSIGNED[dt]}){v}"
+            self.emit(depth, reduce_step(s.kind, dt, acc, v))
+            if nan and dt != "b8" and s.kind in ("max", "min"):
+                self.emit(depth, f"{nan} |= {v} != {v};")
         else:
             raise CannotPrint(f"cpu backend: unknown statement {s!r}")
 

@@ -342,11 +342,7 @@ class ReduceLoops(RowLanes):
                 blocked = []
                 self.emit(depth, "{")
                 body_accs = self.row_lane_accumulators(depth + 1, reduces, accs, lanes)
-                self.emit(depth + 1, f"for (int64_t rb = 0; rb < rnumel; rb += {lanes}) {{")
-                self.emit(depth + 2, "#pragma omp simd")
-                self.emit(depth + 2, f"for (int64_t rl = 0; rl < {lanes}; ++rl) {{")
-                self.emit(depth + 3, "const int64_t r = rb + rl;")
-                inner = depth + 3
+                inner = self.open_row_lanes(depth + 1, lanes, True)
             elif blocked:
                 # r in blocks: float partial sums per block, added into the double accumulators
                 part_of = {accs[red.var][0]: self.names.fresh(self.var(red.var) + "_part")
@@ -752,12 +748,7 @@ class ReduceLoops(RowLanes):
             # one row in blocks of `lanes_of` lanes, each lane its own accumulator, the
             # lanes then summed as a tree (`row_lane_sums`)
             row_accs = self.row_lane_accumulators(depth + 1, reduces, accs, lanes_of)
-            self.emit(depth + 1, f"for (int64_t rb = 0; rb < rnumel; rb += {lanes_of}) {{")
-            if simd:
-                self.emit(depth + 2, "#pragma omp simd")
-            self.emit(depth + 2, f"for (int64_t rl = 0; rl < {lanes_of}; ++rl) {{")
-            self.emit(depth + 3, "const int64_t r = rb + rl;")
-            depth += 2
+            depth = self.open_row_lanes(depth + 1, lanes_of, simd) - 1
         elif r_simd:
             # one row: scalar accumulators, reduced over the SIMD lanes along r
             clauses = ""

@@ -10,7 +10,7 @@ fix the order of the sums: the same bits whatever vector width GCC picks.
 """
 from __future__ import annotations
 
-from .dtypes import acc_type
+from .dtypes import acc_type, reduce_step
 
 
 # a row's loop over r as SIMD lanes accumulates each reduction in this many lanes (a
@@ -26,7 +26,6 @@ def row_lanes(reduces, rn) -> int:
     if not reduces or type(rn) is not int or rn <= 0:
         return 0
     return next((w for w in (ROW_LANES, 8) if rn % w == 0), 0)
-
 
 
 class RowLanes:
@@ -49,6 +48,17 @@ class RowLanes:
             out[red.var] = (f"{part}[rl]", f"{flag}[rl]" if flag else None)
         return out
 
+    def open_row_lanes(self, depth: int, lanes: int, simd: bool) -> int:
+        """The loops over a row in blocks of `lanes` (`rb`) and over a block's lanes
+        (`rl`, SIMD where `simd`), with r defined: the depth of their body. Two closing
+        braces end them."""
+        self.emit(depth, f"for (int64_t rb = 0; rb < rnumel; rb += {lanes}) {{")
+        if simd:
+            self.emit(depth + 1, "#pragma omp simd")
+        self.emit(depth + 1, f"for (int64_t rl = 0; rl < {lanes}; ++rl) {{")
+        self.emit(depth + 2, "const int64_t r = rb + rl;")
+        return depth + 2
+
     def row_lane_sums(self, depth: int, reduces, lane_accs: dict, lanes: int) -> dict:
         """The lanes of each reduction combined as a tree (lane l with lane l + w, w
         halving), into lane 0: {var: (its value, its flag or None)}. GCC's own end of a
@@ -60,15 +70,7 @@ class RowLanes:
             part, flag = (a.removesuffix("[rl]") if a else None for a in lane_accs[red.var])
             w = lanes // 2
             while w >= 1:
-                a, b = f"{part}[rl]", f"{part}[rl + {w}]"
-                if red.dtype == "b8":
-                    op = {"sum": "|", "max": "|", "prod": "&", "min": "&"}[red.kind]
-                    step = f"{a} = {a} {op} {b};"
-                elif red.kind in ("sum", "prod"):
-                    step = f"{a} {'+=' if red.kind == 'sum' else '*='} {b};"
-                else:
-                    cmp = ">" if red.kind == "max" else "<"
-                    step = f"{a} = {b} {cmp} {a} ? {b} : {a};"
+                step = reduce_step(red.kind, red.dtype, f"{part}[rl]", f"{part}[rl + {w}]")
                 if flag:
                     step += f" {flag}[rl] |= {flag}[rl + {w}];"
                 # (without the pragma GCC adds the lanes of a register one by one again)
