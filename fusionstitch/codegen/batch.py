@@ -35,7 +35,7 @@ from ..ir.ops import LOGICAL_RESHAPES, TWO_PASS_REDUCTIONS
 from ..schedule.propagate import FUSIBLE_DOTS, SIMPLE_REDUCTIONS, dot_dims, reduced_dims
 from . import expr as E
 from .kernel import Buffer, Component, Dot, Load, Loop, Store
-from .lower import (Lowerer, Unsupported, Scope, strip_unit_dims, tensor_parts,
+from .lower import (EMPTY_LOOP, Lowerer, Unsupported, Scope, strip_unit_dims, tensor_parts,
                     canonical_index, compute_dtype, unravel_shape)
 
 B = E.Var("b")   # the batch entry of the program
@@ -327,6 +327,8 @@ def _store_stage(L: Lowerer, rest) -> Component:
         elif el is None and (moved := _moved_from(L, n, x)) is not None:
             src, idx, out_idx = moved
         elif t.numel == 1:
+            if L.batch == 0:
+                raise Unsupported(EMPTY_LOOP.format(n=n, op=L.graph[n].op, loop="programs"))
             src, idx = n, (E.ZERO,) * len(t.shape)       # a scalar: program 0 stores it
             out_idx = idx
             cond = L.op("eq", (L.index(B), L.index(E.ZERO)), "b8")

@@ -389,6 +389,12 @@ def _levels(L: Lowerer, reductions: list[str]) -> dict[str, int]:
 _TWO_PASS = TWO_PASS_REDUCTIONS   # a flag of the op table (ir/ops.py)
 
 
+# a value of one element stored by a loop's first point (x == 0): a loop of no points (an
+# empty tensor's rows) would leave it unwritten
+EMPTY_LOOP = ("%{n} ({op}) has one element, stored by the first of the {loop}, and there "
+               "are none (an empty tensor's): it needs a kernel of its own")
+
+
 def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
     from .lowerings import reduction_loop_bodies
     graph = L.graph
@@ -445,6 +451,8 @@ def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
             if t.numel == space.blocks:
                 _store(L, n, el, t, unravel_shape(L, E.Var("x"), t.shape))
             elif t.numel == 1:
+                if space.blocks == 0:
+                    raise Unsupported(EMPTY_LOOP.format(n=n, op=graph[n].op, loop="rows"))
                 with L.masked(L.op("eq", (L.index(E.Var("x")), L.index(E.ZERO)), "b8")):
                     _store(L, n, el, t, (E.ZERO,) * len(t.shape))
             else:
