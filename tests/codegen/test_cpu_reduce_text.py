@@ -70,7 +70,7 @@ if (rnumel == 12) {
             const bool rmask = true;
             const float c5 = 0.0f;
             const bool v1 = xmask & rmask;
-            const float ld3_1 = xmask ? in0[x * in0_s0] : 0.0f;
+            const float ld3_1 = xmask ? in0[12 * x] : 0.0f;
             const bool v4 = __builtin_isinf(ld3_1);
             const float v6_1 = v4 ? c5 : ld3_1;
             ld3[xl] = ld3_1;
@@ -90,7 +90,7 @@ if (rnumel == 12) {
             for (int64_t r = 0; r < rnumel; ++r) {
                 const float c5 = 0.0f;
                 const bool v1 = xmask & rmask;
-                const float ld2 = v1 ? in0[(x * in0_s0) + r] : 0.0f;
+                const float ld2 = v1 ? in0[(12 * x) + r] : 0.0f;
                 const bool v4 = __builtin_isinf(ld3_1);
                 const float v7 = ld2 - v6_1;
                 const float v9 = v1 ? v7 : c5;
@@ -121,7 +121,7 @@ for (int64_t rb = 0; rb < rnumel; rb += 32) {
             const bool rmask = true;
             const float c3 = 0.0f;
             const bool v1 = xmask & rmask;
-            const float ld2 = v1 ? in0[(r * in0_s0) + x] : 0.0f;
+            const float ld2 = v1 ? in0[(64 * r) + x] : 0.0f;
             const float v4 = v1 ? ld2 : c3;
             red5_part[xl] += v4;
         }

@@ -61,6 +61,22 @@ def expected_values(k: Kernel) -> dict[str, int]:
     return out
 
 
+def fixed_strides(k: Kernel, expected: dict[str, int]) -> dict[str, int]:
+    """The input strides the dense version may print as constants: in a kernel of static
+    sizes (every sym that is no stride bound to a constant), every stride sym, expected
+    row-major (`expected_values`). A constant stride is what lets GCC see the access
+    pattern (`in0[4 * r + 2]`: an interleaved group it loads as whole vectors; with
+    `in0[r * in0_s0 + 2 * in0_s1]` it builds each vector element by element). Where a
+    size is a run-time sym (a symbolic program's, a kernel without bindings) the
+    row-major value is a size at the hints, so the dense version would be
+    size-specific: there only a unit stride is assumed (`specialize`)."""
+    how = {name: h for name, h in k.bindings if h}
+    strides = {name for name, h in how.items() if h[0] == "stride"}
+    if any(s.name not in strides and how.get(s.name, ("",))[0] != "const" for s in k.syms):
+        return {}
+    return {name: v for name, v in expected.items() if name in strides}
+
+
 def lowering_value(e: E.Expr, values: dict[str, int]) -> int | None:
     """The expected value of a size/stride expression (`values`, else Sym.value); None
     if it reads a loop variable or a loaded value."""
@@ -79,14 +95,16 @@ def split_term(t: E.Expr, values) -> tuple[E.Expr | None, E.Expr]:
     return None, t
 
 
-def specialize(e: E.Expr, values: dict[str, int]) -> tuple[E.Expr, list[tuple[E.Expr, E.Expr]]]:
+def specialize(e: E.Expr, values: dict[str, int], fixed: dict[str, int] | None = None
+               ) -> tuple[E.Expr, list[tuple[E.Expr, E.Expr]]]:
     """`e` simplified for the expected strides (`expected_values`), and the equalities
     that make the simplification exact: a complete unravelling
     sum(Digit(b, S, k) * stride_k) with row-major strides becomes `b` (assuming
     0 <= b < prod(S), as for any unravelled index); one whose last digits only are
     row-major gets them as one digit of their merged size (r over N, H, W of NCHW: N's
-    stride is the channels', H and W become one digit over H * W); and a coefficient
-    expected to be 1 goes away."""
+    stride is the channels', H and W become one digit over H * W); a coefficient
+    expected to be 1 goes away; and in the other terms a stride sym of `fixed`
+    (`fixed_strides`) becomes its constant."""
     terms = e.terms if isinstance(e, E.Add) else (e,)
     split = [split_term(t, values) for t in terms]
     conds: list[tuple[E.Expr, E.Expr]] = []
@@ -145,9 +163,19 @@ def specialize(e: E.Expr, values: dict[str, int]) -> tuple[E.Expr, list[tuple[E.
         elif pos is not None and coef != E.ONE and lowering_value(coef, values) == 1:
             conds.append((coef, E.ONE))
             out.append(pos)
+        elif fixed:
+            out.append(E.rewrite(terms[i], lambda t: _fixed(t, fixed, conds)))
         else:
             out.append(terms[i])
     return E.add(*out), conds
+
+
+def _fixed(t: E.Expr, fixed: dict[str, int], conds: list) -> E.Expr | None:
+    """A stride sym of `fixed` as its constant (the equality recorded in `conds`)."""
+    if isinstance(t, E.Sym) and t.name in fixed:
+        conds.append((t, E.Const(fixed[t.name])))
+        return E.Const(fixed[t.name])
+    return None
 
 
 def digit_sizes(e: E.Expr, var: str = "x") -> list[tuple[E.Expr, ...]]:

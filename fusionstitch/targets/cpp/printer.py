@@ -143,8 +143,8 @@ from ...codegen import expr as E
 from .build import (ERROR_ARG, FLAGS, CannotPrint, CompileFailed,  # noqa: F401
                         CompilerUnavailable, KernelBuildError, clear_memory_cache,
                         load_library, runner)
-from .index import (expected_values, merge_digits, merge_plan, rename_expr, specialize,
-                    split_rows)
+from .index import (expected_values, fixed_strides, merge_digits, merge_plan, rename_expr,
+                    specialize, split_rows)
 from .preamble import PREAMBLE
 from .dtypes import (CTYPE, FLOATS, HALVES, INTS, STORAGE, WIDE_UNSIGNED, ctype,
                      reduce_step)
@@ -325,6 +325,7 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         self.rrows: tuple[E.Expr, ...] | None = None  # printing a loop over r split in rows
         self.acc_names: dict[str, tuple[str, str | None]] = {}
         self.expected = expected_values(kernel)
+        self.fixed = fixed_strides(kernel, self.expected)
         # syms printed as compile-time constants: those of constant binding
         self.constants = constant_syms(kernel)
         self.rowplan = RowPlan()                # row buffers of the reduce component printed
@@ -376,7 +377,7 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         index of the version allows (`self.merges`). Every decision on the loops reads
         indices through this, so that it sees what is printed."""
         if access and self.fast:
-            e = specialize(e, self.expected)[0]
+            e = specialize(e, self.expected, self.fixed)[0]
         return merge_digits(e, self.merges)
 
     def plan_merges(self, c: Component) -> None:
@@ -509,7 +510,7 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         for body in [c.body] + [loop.body for loop in c.loops]:
             for s in body:
                 if isinstance(s, (Load, Store)):
-                    found += specialize(s.index, self.expected)[1]
+                    found += specialize(s.index, self.expected, self.fixed)[1]
         out = []
         for a, b in found:
             text = f"{self.index(a, {})} == {self.index(b, {})}"
