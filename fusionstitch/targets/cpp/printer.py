@@ -272,9 +272,14 @@ def _literal(value, dtype: str) -> str:
 # loop stays scalar (cartpole: 54 -> 20 ms single-threaded with them off); nor with
 # code sinking, which moves a libmvec call feeding only one side of a select into a
 # branch, where if-conversion cannot follow (so also for kernels with a select and a
-# libmvec call). Off for every kernel they cost up to 2x elsewhere
-# (transformer_encoder's kernels 4.1 -> 8.2 ms).
-BOOL_LOGIC_ATTRIBUTE = '__attribute__((optimize("no-tree-pre", "no-tree-dominator-opts", "no-tree-sink")))'
+# libmvec call); nor with jump threading, which duplicates the blocks of the selects
+# until the loop has no form the vectoriser takes ("number of iterations cannot be
+# computed": a batched simulation's step over 65536 environments ran scalar, 18.5 ->
+# 1.3 ms; tests/codegen/test_cpu_loops_vectorise.py). Off for every kernel they cost up
+# to 2x elsewhere (transformer_encoder's kernels 4.1 -> 8.2 ms); jump threading alone
+# off for every kernel measured no different on the zoo and the models.
+BOOL_LOGIC_ATTRIBUTE = ('__attribute__((optimize("no-tree-pre", "no-tree-dominator-opts", '
+                        '"no-tree-sink", "no-thread-jumps")))')
 
 # unary float ops that are C library functions (GCC builtins: `__builtin_<name>[f]`)
 _UNARY_FLOAT = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log1p": "log1p",
