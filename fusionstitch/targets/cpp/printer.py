@@ -327,6 +327,7 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         self.bool_logic = False                # printed &, | or a select between bools
         self.selects = False                   # printed a select (`where`)
         self.divides_ints = False              # printed an integer division: `fs_error`
+        self.truncated: dict[str, tuple[str, str]] = {}  # int32 var -> (float var, dtype)
         self.rrows: tuple[E.Expr, ...] | None = None  # printing a loop over r split in rows
         self.acc_names: dict[str, tuple[str, str | None]] = {}
         self.expected = expected_values(kernel)
@@ -632,6 +633,8 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         args = [self.arg(a, env) for a in s.args]
         dt = s.dtype
         if s.op == "cast":
+            if dt == "i32" and args[0][1] in FLOATS:
+                self.truncated[self.var(s.var)] = args[0]
             return self.cast(args[0][0], args[0][1], dt)
         if s.op in ("maximum", "minimum") and dt in FLOATS and \
                 self._not_nan(s.args[1]):
@@ -664,6 +667,18 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         if src == "i64" and dst in FLOATS:
             a = f"fs::i64_to_f64({a})" if dst == "f64" else f"fs::i64_to_f32({a})"
             return f"fs::{dst}_round({a})" if dst in HALVES else a
+        if src == "i32" and dst in FLOATS and a in self.truncated:
+            # an int32 of a float back to a float: under -fno-trapping-math GCC compiles
+            # (float)(int32_t)x as trunc(x), whose -0.0 (of -0.5) torch's integer makes
+            # +0.0 (copysign and division see it). Printed as that trunc with a zero added
+            # (-0.0 + 0.0 is +0.0, every other value stays), which GCC cannot drop since
+            # trunc may give -0.0; an int-to-float cast it knows is no -0.0 it would
+            f, fdt = self.truncated[a]
+            t = f"(__builtin_trunc({f}) + 0.0)" if fdt == "f64" else \
+                f"(__builtin_truncf({f}) + 0.0f)"
+            wide = "f64" if dst == "f64" else "f32"
+            text = t if wide == ("f64" if fdt == "f64" else "f32") else f"({ctype(wide)}){t}"
+            return f"fs::{dst}_round({text})" if dst in HALVES else text
         if dst in HALVES:
             return f"fs::{dst}_round((float){a})" if src != "f32" and src not in HALVES \
                 else f"fs::{dst}_round({a})"
