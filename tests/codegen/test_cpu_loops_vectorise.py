@@ -95,3 +95,47 @@ def test_simulation_steps_vectorise(envs):
     scalar_only, vector = lane_calls()
     assert not scalar_only, f"loops left scalar call libmvec once per point: {scalar_only}"
     assert vector, "no kernel calls a vector variant of sin or cos"
+
+
+def kernel_disassembly() -> dict[str, str]:
+    """The instructions of each kernel function of the libraries built in this test's
+    cache (`fs_<hash>` and its OpenMP bodies)."""
+    out: dict[str, list[str]] = {}
+    for so in cache_dir("cpu").glob("*.so"):
+        text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(so)],
+                              capture_output=True, text=True, check=True).stdout
+        fn = None
+        for line in text.splitlines():
+            head = re.match(r"^[0-9a-f]+ <([^>]+)>:$", line)
+            if head:
+                fn = head.group(1) if re.match(r"fs_[0-9a-f]{20}(\._omp_fn\.\d+)?$",
+                                               head.group(1)) else None
+            elif fn:
+                out.setdefault(fn, []).append(line)
+    return {fn: "\n".join(lines) for fn, lines in out.items()}
+
+
+def test_a_causal_mask_of_loaded_bools_and_checked_indices_vectorises():
+    """A causal mask as transformers builds it (llama): a loaded bool and a padding mask
+    gathered at checked indices, and-ed with int64 comparisons of positions. GCC 12 left
+    the loop scalar twice: `&` of a loaded bool (byte data) with a comparison (a mask),
+    and the atomic store of check_index's error per element. Loaded bools are now
+    comparisons of their byte (fs::load_bool) and a bad index sets a reduced flag
+    (fs_bad): the loop compares int64 lanes as vectors (pcmpgtq / vpcmpq, on SSE4.2,
+    AVX2 and AVX-512 alike)."""
+    def fn(full, pos, am, batch):
+        causal = full & (pos[None, :] <= pos[:, None])
+        keep = causal[None, None] & am.bool()[batch[:, None, None, None], pos[None, None, None, :]]
+        return torch.where(keep, 0.0, -1e9)
+
+    g = torch.Generator().manual_seed(0)
+    full = torch.tensor(True)
+    pos = torch.arange(64)
+    am = (torch.rand(4, 64, generator=g) > 0.2).long()
+    batch = torch.arange(4)
+    want = fn(full, pos, am, batch)
+    got = torch.compile(fn, backend=fusionstitch.backend(target="cpu"))(full, pos, am, batch)
+    assert torch.equal(got, want)
+    code = kernel_disassembly()
+    assert code and any("pcmp" in text for text in code.values()), \
+        "no kernel compares int64 lanes as vectors"

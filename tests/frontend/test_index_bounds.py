@@ -94,3 +94,35 @@ def test_the_triton_side_reads_element_zero_instead_of_outside_the_tensor():
     bad = torch.tensor([[0], [9], [1], [-3]])
     got = _compiled(fn, target="interpret")(X, bad)
     torch.testing.assert_close(got, fn(X, torch.where((bad >= 0) & (bad < 5), bad, 0)))
+
+
+@pytest.mark.parametrize("where", [0, 777, -1], ids=["first", "middle", "last"])
+@pytest.mark.parametrize("name", ["embedding", "gather", "cross_entropy"])
+def test_an_index_out_of_range_in_a_vectorised_parallel_loop(name, where):
+    """Large enough for the kernel's parallel loops (every thread's copy of the kernel's
+    `fs_bad`, reduced by each SIMD loop and parallel region), a bad index in the first,
+    a middle or the last position still raises; good indices give eager's numbers."""
+    rows, width = 70_000, 8
+    g = torch.Generator().manual_seed(5)
+    if name == "embedding":
+        table = torch.randn(1000, width, generator=g)
+        fn = lambda t, i: F.embedding(i, t) * 3          # noqa: E731
+        good = torch.randint(0, 1000, (rows,), generator=g)
+        bad_value = 1000
+    elif name == "gather":
+        table = torch.randn(rows, width, generator=g)
+        fn = lambda t, i: torch.gather(t, 1, i) * 2      # noqa: E731
+        good = torch.randint(0, width, (rows, 1), generator=g)
+        bad_value = -width - 1
+    else:
+        table = torch.randn(rows, width, generator=g)
+        fn = F.cross_entropy
+        good = torch.randint(0, width, (rows,), generator=g)
+        bad_value = width
+    bad = good.clone()
+    bad.view(-1)[where] = bad_value
+    f = _compiled(fn)
+    torch.testing.assert_close(f(table, good), fn(table, good))
+    with pytest.raises(IndexError, match="index out of range"):
+        f(table, bad)
+    torch.testing.assert_close(f(table, good), fn(table, good))

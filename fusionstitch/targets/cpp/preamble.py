@@ -76,13 +76,24 @@ template <class T> static inline T abs_int(T a) { return a < 0 ? neg<T>(a) : a; 
 // after the launch): a kernel must not trap with SIGFPE. Relaxed atomic stores: several
 // OpenMP threads may record it at once, and only "some thread did" matters.
 static inline void zero_division(int64_t* err) { __atomic_store_n(err, 1, __ATOMIC_RELAXED); }
-// an index read from data, checked against its dim's size n: out of range it records
-// code 2 (the runtime raises IndexError) and gives 0, so that no load leaves its buffer
-static inline int64_t check_index(int64_t k, int64_t n, int64_t* err) {
-    if ((uint64_t)k < (uint64_t)n) return k;
-    __atomic_store_n(err, 2, __ATOMIC_RELAXED);
-    return 0;
+// a bool read from memory as a comparison of its byte: GCC 12 does not vectorise `&`, `|`
+// or a select between a loaded bool (byte data) and a comparison (a mask), while two
+// masks of different widths it converts (a causal mask's `full & (i <= j)` with int64
+// positions stayed scalar); torch's bools are 0 or 1, so the value is the same
+static inline bool load_bool(const bool* p) {
+    return *reinterpret_cast<const unsigned char*>(p) != 0;
 }
+// an index read from data, checked against its dim's size n: out of range it gives 0, so
+// that no load leaves its buffer, and sets `bad` (the kernel's `fs_bad`, which every loop
+// of the kernel reduces with |: branch-free and without a store, so that the loop
+// vectorises; an atomic store per bad index kept a causal mask's gather scalar); the
+// kernel then records code 2 (`index_error`: the runtime raises IndexError)
+static inline int64_t check_index(int64_t k, int64_t n, int64_t& bad) {
+    const bool ok = (uint64_t)k < (uint64_t)n;
+    bad |= (int64_t)!ok;
+    return ok ? k : 0;
+}
+static inline void index_error(int64_t* err) { __atomic_store_n(err, 2, __ATOMIC_RELAXED); }
 template <class T> static inline T floordiv_int(T a, T b, int64_t* err) {
     if (b == 0) { zero_division(err); return 0; }
     if (std::is_signed_v<T> && b == (T)-1) return neg<T>(a);

@@ -281,6 +281,13 @@ def _literal(value, dtype: str) -> str:
 BOOL_LOGIC_ATTRIBUTE = ('__attribute__((optimize("no-tree-pre", "no-tree-dominator-opts", '
                         '"no-tree-sink", "no-thread-jumps")))')
 
+# a kernel that checks indices keeps "some index was out of range" in one variable,
+# `fs_bad`, that every parallel region and SIMD loop reduces with | (a worksharing loop
+# inside a region shares the region's copy), and records the error once at its end
+BAD_INDEX = "fs_bad"
+_BAD_INDEX_CLAUSE = f"reduction(|:{BAD_INDEX})"
+_BAD_INDEX_PRAGMAS = ("#pragma omp simd", "#pragma omp parallel")
+
 # unary float ops that are C library functions (GCC builtins: `__builtin_<name>[f]`)
 _UNARY_FLOAT = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log1p": "log1p",
                 "expm1": "expm1", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan",
@@ -328,6 +335,10 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         self.selects = False                   # printed a select (`where`)
         self.divides_ints = False              # printed an integer division: `fs_error`
         self.truncated: dict[str, tuple[str, str]] = {}  # int32 var -> (float var, dtype)
+        # checks indices: every loop reduces `fs_bad` (fs::check_index)
+        self.checks_index = any(isinstance(st, Op) and st.op == "check_index"
+                                for c in kernel.components for body in bodies(c)
+                                for st in body)
         self.rrows: tuple[E.Expr, ...] | None = None  # printing a loop over r split in rows
         self.acc_names: dict[str, tuple[str, str | None]] = {}
         self.expected = expected_values(kernel)
@@ -356,6 +367,9 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
             text = serial_pragma(text)
             if text is None:
                 return
+        if self.checks_index and text.startswith(_BAD_INDEX_PRAGMAS) and \
+                _BAD_INDEX_CLAUSE not in text:
+            text += " " + _BAD_INDEX_CLAUSE
         self.lines.append("    " * depth + text)
 
     def var(self, name: str) -> str:
@@ -452,6 +466,9 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         last = len(self.lines) - 1
         for i, c in enumerate(k.components):
             self.component(i, c)
+        if self.checks_index:
+            self.emit(1, f"if ({BAD_INDEX}) fs::index_error({ERROR_ARG});")
+            constants = constants + [f"int64_t {BAD_INDEX} = 0;"]
         self.emit(0, "}")
         # a kernel that divides integers records a zero divisor through one more argument
         # (the error cell of `build.runner`); the others keep their signature
@@ -556,6 +573,8 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
             ref = f"{self.buf(b.name)}[{self.index(s.index, env, access=True)}]"
             if b.dtype in HALVES:
                 ref = f"fs::{b.dtype}_to_f32({ref})"
+            elif b.dtype == "b8":
+                ref = f"fs::load_bool(&{ref})"
             dt = s.dtype if s.dtype in CTYPE else b.dtype
             ct = ctype(dt)
             if s.mask:
@@ -751,7 +770,7 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
             return f"fs::{op}_int<{ct}>({a}, {b}, {ERROR_ARG})"
         if op == "check_index":
             self.divides_ints = True        # (it records errors in the same cell)
-            return f"fs::check_index({a}, {b}, {ERROR_ARG})"
+            return f"fs::check_index({a}, {b}, {BAD_INDEX})"
         if op == "floordiv":
             return f"fs::floordiv_float<{ct}>({a}, {b})"
         if op == "remainder":
