@@ -3,7 +3,7 @@
 GCC compiles (float)(int32_t)x as trunc(x) under -fno-trapping-math, and trunc(-0.5) is
 -0.0 where eager's integer 0 gives +0.0: copysign of it read the wrong sign (training
 fuzz, seed 140777). The printer now writes that round trip as trunc(x) + 0.0
-(targets/cpp/printer.cast). Every integer type, both float widths and the half types,
+(targets/cpp/printer.cast). Every integer type, from and to both float widths and the half types,
 on the cpu target and Triton's interpreter; values in range of every integer type (out
 of range the conversion is undefined in C and in torch).
 """
@@ -25,7 +25,7 @@ def _cache(tmp_path_factory, monkeypatch):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("src", [torch.float32, torch.float64])
+@pytest.mark.parametrize("src", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("mid", [torch.int32, torch.int16, torch.int8, torch.uint8,
                                  torch.int64])
 def test_round_trip_through_an_integer(target, src, mid):
