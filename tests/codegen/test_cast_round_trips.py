@@ -3,9 +3,9 @@
 GCC compiles (float)(int32_t)x as trunc(x) under -fno-trapping-math, and trunc(-0.5) is
 -0.0 where eager's integer 0 gives +0.0: copysign of it read the wrong sign (training
 fuzz, seed 140777). The printer now writes that round trip as trunc(x) + 0.0
-(targets/cpp/printer.cast). Every integer type, from and to both float widths and the half types,
-on the cpu target and Triton's interpreter; values in range of every integer type (out
-of range the conversion is undefined in C and in torch).
+(targets/cpp/printer.cast). Every integer type, from and to both float widths and the
+half types, on the cpu target and Triton's interpreter; values in range of every integer
+type (out of range the conversion is undefined in C and in torch).
 """
 import shutil
 
