@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from fusionstitch.targets.cpp import printer as cpu
+from fusionstitch.targets.cpp import names as cpu_names
 from fusionstitch.codegen import expr as E
 from fusionstitch.codegen.kernel import Constant, Index, Kernel, Load, Op, Reduce, Store
 from fusionstitch.runtime import counters
@@ -387,11 +388,11 @@ def test_constants_are_exact():
     vals = [0.1, 1 / 3, 1e-40, 3.4028234663852886e38, 1e300, -2.5, float("inf"), float("-inf"),
             float("nan"), 5e-324]
     for dtype in ("f32", "f64", "f16", "bf16"):
-        text = [cpu._literal(v, dtype) for v in vals]
+        text = [cpu_names.literal(v, dtype) for v in vals]
         assert text[6:9] == ["fs::inf", "-fs::inf", "fs::nan"]
-    assert cpu._literal(0.1, "f32") == "0.10000000149011612f"
-    assert cpu._literal(1e300, "f32") == "fs::inf" and cpu._literal(1e300, "f64") == "1e+300"
-    assert cpu._literal(-2**63, "i64") == "INT64_MIN" and cpu._literal(True, "b8") == "true"
+    assert cpu_names.literal(0.1, "f32") == "0.10000000149011612f"
+    assert cpu_names.literal(1e300, "f32") == "fs::inf" and cpu_names.literal(1e300, "f64") == "1e+300"
+    assert cpu_names.literal(-2**63, "i64") == "INT64_MIN" and cpu_names.literal(True, "b8") == "true"
     x = torch.zeros(3)
     kb, k = elementwise_kernel("consts", [x], [
         ("f32", [Constant("c", 0.1, "f32"), Op("y0", "add", ("a0", "c"), "f32")]),
