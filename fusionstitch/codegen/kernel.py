@@ -383,19 +383,28 @@ def hinted_value(e, env=None) -> int:
     raise TypeError(f"not a size expression: {e!r}")
 
 
+# ops of tens of instructions a vector (a libmvec or preamble call): recomputing them
+# costs what a store and a load of the value would several times over
+TRANSCENDENTAL_OPS = frozenset((
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh",
+    "erf", "erfc", "erfinv", "sigmoid", "pow", "atan", "atan2", "asin", "acos", "sinh",
+    "cosh", "asinh", "acosh", "atanh", "lgamma", "digamma"))
+
+
 def arithmetic_work(k: Kernel,
-                    reused: Callable[[Component], list[frozenset[str]] | None] | None = None
-                    ) -> int:
+                    reused: Callable[[Component], list[frozenset[str]] | None] | None = None,
+                    only: frozenset[str] | None = None) -> int:
     """Arithmetic ops the kernel executes (each Op statement once per point it runs at,
     masks and casts not counted): compared with the group's own op count, it shows how
     much thread composition recomputes (concat branches, values re-derived per loop).
     A statement of a loop over r that does not vary with r (`varies_with_r`: a row's
     mean or pivot) runs once per x. `reused` (the target's `Target.reused_values`) gives,
     per loop of a component, the variables the target does not compute there (the cpu
-    target reads them back from a row buffer): they cost nothing there."""
+    target reads them back from a row buffer): they cost nothing there. `only`: count
+    these ops alone (`TRANSCENDENTAL_OPS`)."""
     def count(stmts, skip=frozenset()) -> int:
         return sum(1 for s in stmts if isinstance(s, Op) and s.op not in ("and", "cast")
-                   and s.var not in skip)
+                   and s.var not in skip and (only is None or s.op in only))
 
     def work_of(c: Component) -> int:
         x, r = hinted_value(c.xnumel), hinted_value(c.rnumel)

@@ -60,7 +60,7 @@ def recompute_within(graph: Graph, key, kernel, max_recompute: float,
     concat's select) up to `max_recompute` times its parts' own ops (`Target.max_recompute`).
     `reused`: the target's `Target.reused_values` (the cpu target keeps rows across a
     reduction's loops, so work read back from one is not recomputation)."""
-    from ..codegen.kernel import arithmetic_work
+    from ..codegen.kernel import TRANSCENDENTAL_OPS, arithmetic_work
     from ..schedule.propagate import type_numel
     own = sum(type_numel(graph[n].type) for n in key
               if lookup(graph[n].op).category not in _FREE_CATEGORIES)
@@ -69,4 +69,21 @@ def recompute_within(graph: Graph, key, kernel, max_recompute: float,
         return Decision.forbid(f"fused, it would compute {work / max(own, 1):.1f}x the "
                                f"ops of its parts (recomputation across concat branches "
                                f"or reduction loops); limit {max_recompute}x", "recompute")
+    # transcendental functions by themselves: an op counts as one above, but an exp or a
+    # tanh costs tens of simple ops, so recomputing them is held to a tighter limit (an
+    # LSTM cell fused with the concat of its output computed every sigmoid and tanh twice,
+    # once per branch: 3.7x Inductor's time and slower than the ops one by one)
+    own_t = sum(type_numel(graph[n].type) for n in key
+                if graph[n].op.split(".")[0] in TRANSCENDENTAL_OPS)
+    work_t = arithmetic_work(kernel, reused, TRANSCENDENTAL_OPS)
+    if work_t > MAX_TRANSCENDENTAL_RECOMPUTE * max(own_t, 1):
+        return Decision.forbid(f"fused, it would compute {work_t / max(own_t, 1):.1f}x the "
+                               f"transcendental ops of its parts (recomputation across "
+                               f"concat branches or reduction loops); limit "
+                               f"{MAX_TRANSCENDENTAL_RECOMPUTE}x", "recompute")
     return ALLOW
+
+
+# the most a fused kernel may recompute transcendental functions (exp, tanh, sigmoid, ...)
+# over its parts' own, on targets with a recompute limit
+MAX_TRANSCENDENTAL_RECOMPUTE = 1.5

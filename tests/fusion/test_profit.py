@@ -53,3 +53,41 @@ def test_the_planner_records_its_profit_refusals():
     for key, reason in plan.trace.unprofitable.items():
         assert Legality(CHAIN, "cpu").group(key), sorted(key)
         assert "limit 3.0x" in reason
+
+
+# an LSTM cell and the concat of its output with the next step's input (the zoo's lstm at
+# full size): fused, the concat's branch of the cell's output recomputes every sigmoid
+# and tanh of the cell (values are computed where they are read), twice the
+# transcendental work: 3.7x Inductor's time, slower than the ops one by one
+CELL = parse("""graph cell(%g: f32[32,1024], %c: f32[32,256], %x: f32[32,128]) {
+  %split: (f32[32,256], f32[32,256], f32[32,256], f32[32,256]) = split_with_sizes.default(%g, [256, 256, 256, 256], 1)
+  %i: f32[32,256] = getitem(%split, 0)
+  %f: f32[32,256] = getitem(%split, 1)
+  %gg: f32[32,256] = getitem(%split, 2)
+  %o: f32[32,256] = getitem(%split, 3)
+  %sf: f32[32,256] = sigmoid.default(%f)
+  %m1: f32[32,256] = mul.Tensor(%sf, %c)
+  %si: f32[32,256] = sigmoid.default(%i)
+  %tg: f32[32,256] = tanh.default(%gg)
+  %m2: f32[32,256] = mul.Tensor(%si, %tg)
+  %c2: f32[32,256] = add.Tensor(%m1, %m2)
+  %so: f32[32,256] = sigmoid.default(%o)
+  %tc: f32[32,256] = tanh.default(%c2)
+  %h: f32[32,256] = mul.Tensor(%so, %tc)
+  %cat: f32[32,384] = cat.default([%x, %h], 1)
+  return (%c2, %h, %cat)
+}""")
+
+
+def test_recomputing_transcendental_ops_is_held_to_a_tighter_limit():
+    names = frozenset(n.name for n in CELL.nodes if n.name not in ("g", "c", "x"))
+    checks = stitch_checks(CELL, "cpu", PlanTrace("stitch", "cpu"))
+    d = checks.check(names)
+    assert not d and d.rule == "recompute" and "transcendental" in d.reason, d
+    assert "limit 1.5x" in d.reason
+    # the cell alone (no concat) recomputes nothing
+    assert checks.check(names - {"cat"})
+    # planned, the concat is a kernel of its own (it reads the cell's output from memory)
+    plan = plan_stitch(CELL, "cpu")
+    cat_group = next(gr for gr in plan.groups if "cat" in gr.nodes)
+    assert not {"sf", "si", "tg", "so", "tc"} & set(cat_group.nodes), cat_group.nodes
