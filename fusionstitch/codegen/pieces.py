@@ -18,7 +18,8 @@ the same computation, in the same order per x: results are bitwise the same.
 
 Only where it pays and stays small: x's extent and every boundary are sizes known when
 the kernel is built (constants, or syms bound to a constant); at most MAX_PIECES
-intervals, none narrower than MIN_PIECE (a pad of one element on each side would give
+intervals (MAX_MANY_PIECES where the pieces' code stays within twice the component's),
+none narrower than MIN_PIECE (a pad of one element on each side would give
 one-column components, each a pass over every row); and something reads under the
 comparisons (a load's or store's mask, a select), not just compares.
 """
@@ -29,8 +30,12 @@ from dataclasses import replace
 from . import expr as E
 from .kernel import Component, Constant, Dot, Index, Kernel, Load, Loop, Op, Reduce, Store
 
-# at most this many intervals per component (a cat of 16 pieces still splits)
+# at most this many intervals per component (a cat of 16 pieces still splits), or up to
+# MAX_MANY_PIECES where the pieces' statements together are at most twice the component's
+# (each piece keeps its own few: a stack of an RNN's 50 steps, whose one loop evaluated
+# all 50 masked loads per element, 18x Inductor's copies)
 MAX_PIECES = 16
+MAX_MANY_PIECES = 256
 # no interval narrower than this many x (a SIMD vector of floats, twice)
 MIN_PIECE = 16
 _FLIP = {"ge": "le", "gt": "lt", "le": "ge", "lt": "gt"}
@@ -110,14 +115,22 @@ def split_component(c: Component, consts: dict[str, int]) -> list[Component]:
         return [c]
     cmps = _comparisons(c, consts)
     cuts = sorted({v for _, v in cmps.values() if 0 < v < n})
-    if not cuts or len(cuts) + 1 > MAX_PIECES:
+    if not cuts or len(cuts) + 1 > MAX_MANY_PIECES:
         return [c]
     bounds = [0] + cuts + [n]
     if any(hi - lo < MIN_PIECE for lo, hi in zip(bounds, bounds[1:])):
         return [c]
     if not _selects_by(c, set(cmps)):
         return [c]
-    return [_piece(c, cmps, lo, hi, consts) for lo, hi in zip(bounds, bounds[1:])]
+    pieces = [_piece(c, cmps, lo, hi, consts) for lo, hi in zip(bounds, bounds[1:])]
+    if len(pieces) > MAX_PIECES and _size(pieces) > 2 * _size([c]):
+        return [c]
+    return pieces
+
+
+def _size(comps: list[Component]) -> int:
+    """Statements of the components (what the target prints)."""
+    return sum(len(body) for c in comps for body in _bodies(c))
 
 
 def _selects_by(c: Component, cmps: set[str]) -> bool:

@@ -129,6 +129,34 @@ def test_narrow_pieces_stay_one_component():
     assert len(k.components) == 1
 
 
+def test_a_stack_of_many_steps_splits_into_a_component_per_step():
+    # an RNN's 50 outputs stacked (lstm at full size): more than MAX_PIECES intervals, but
+    # each piece keeps its one load, so the pieces' code stays within twice the one
+    # component's that evaluated all 50 masked loads per element (18x Inductor's time)
+    steps = [torch.randn(4, 32) for _ in range(50)]
+    assert len(steps) > pieces.MAX_PIECES
+    k = max(kernels(lambda *xs: torch.stack(xs, 0) * 2, *steps),
+            key=lambda k: len(k.components))
+    assert len(k.components) == 50
+    for c in k.components:
+        assert sum(isinstance(s, Load) for body in bodies(c) for s in body) == 1
+    _loads_read_unshifted_x(k)
+    got, eager = _check(lambda *xs: torch.cat(xs, 0) + 1, steps)
+    assert torch.equal(got[0], eager[0])
+
+
+def test_many_pieces_with_shared_work_match_eager():
+    # a cat of 20 pieces times a long chain of a row vector that every piece reads
+    steps = [torch.randn(4, 32) for _ in range(20)]
+
+    def fn(w, *xs):
+        v = w
+        for _ in range(30):
+            v = torch.sin(v) * 1.5 + 0.25
+        return torch.cat(xs, 0) * v
+    _check(fn, [torch.randn(32)] + steps)
+
+
 # -- numerics ---------------------------------------------------------------------
 @pytest.mark.parametrize("shape", [(2, 4, 16, 32), (3, 2, 7, 17), (1, 3, 1, 24)])
 def test_qkv_bias_gradient_matches_eager(shape):
