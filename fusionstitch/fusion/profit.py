@@ -73,15 +73,36 @@ def recompute_within(graph: Graph, key, kernel, max_recompute: float,
     # tanh costs tens of simple ops, so recomputing them is held to a tighter limit (an
     # LSTM cell fused with the concat of its output computed every sigmoid and tanh twice,
     # once per branch: 3.7x Inductor's time and slower than the ops one by one)
-    own_t = sum(type_numel(graph[n].type) for n in key
-                if graph[n].op.split(".")[0] in TRANSCENDENTAL_OPS)
     work_t = arithmetic_work(kernel, reused, TRANSCENDENTAL_OPS)
+    if work_t <= MAX_TRANSCENDENTAL_RECOMPUTE:
+        return ALLOW
+    own_t = _own_transcendental(graph, key)
     if work_t > MAX_TRANSCENDENTAL_RECOMPUTE * max(own_t, 1):
         return Decision.forbid(f"fused, it would compute {work_t / max(own_t, 1):.1f}x the "
                                f"transcendental ops of its parts (recomputation across "
                                f"concat branches or reduction loops); limit "
                                f"{MAX_TRANSCENDENTAL_RECOMPUTE}x", "recompute")
     return ALLOW
+
+
+def _own_transcendental(graph: Graph, key) -> int:
+    """The transcendental ops the nodes of `key` compute once each: every node that is
+    not free lowered alone (a composite such as gelu or its backward lowers to erf and
+    exp; a name alone would count it as none, and the fused kernel's would then read as
+    recomputation). Lowering is remembered per graph (legality.tentative_lower), and the
+    rule asks this only of groups whose kernel has transcendental work."""
+    from ..codegen.kernel import TRANSCENDENTAL_OPS, arithmetic_work
+    from ..codegen.lower import Unsupported
+    from .legality import tentative_lower
+    own = 0
+    for n in key:
+        if lookup(graph[n].op).category in _FREE_CATEGORIES:
+            continue
+        try:
+            own += arithmetic_work(tentative_lower(graph, [n]), None, TRANSCENDENTAL_OPS)
+        except Unsupported:
+            continue
+    return own
 
 
 # the most a fused kernel may recompute transcendental functions (exp, tanh, sigmoid, ...)

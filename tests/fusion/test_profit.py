@@ -91,3 +91,22 @@ def test_recomputing_transcendental_ops_is_held_to_a_tighter_limit():
     plan = plan_stitch(CELL, "cpu")
     cat_group = next(gr for gr in plan.groups if "cat" in gr.nodes)
     assert not {"sf", "si", "tg", "so", "tc"} & set(cat_group.nodes), cat_group.nodes
+
+
+# gelu (one node, erf inside its lowering) then a row max: nothing is recomputed, but
+# counted by name the gelu node had no transcendental op of its own, and the rule read
+# the kernel's erf as 8192x recomputation and split the group
+GELU_ROWMAX = parse("""graph g(%x: f32[64,128]) {
+  %gelu: f32[64,128] = gelu.default(%x)
+  %mul: f32[64,128] = mul.Tensor(%gelu, 1.5)
+  %amax: f32[64,1] = amax.default(%mul, [-1], True)
+  %sub: f32[64,128] = sub.Tensor(%mul, %amax)
+  return (%sub)
+}""")
+
+
+def test_a_composite_op_counts_the_transcendental_ops_it_lowers_to():
+    names = frozenset({"gelu", "mul", "amax", "sub"})
+    checks = stitch_checks(GELU_ROWMAX, "cpu", PlanTrace("stitch", "cpu"))
+    d = checks.check(names)
+    assert d or "transcendental" not in d.reason, d.reason
