@@ -383,12 +383,14 @@ def hinted_value(e, env=None) -> int:
     raise TypeError(f"not a size expression: {e!r}")
 
 
-# ops of tens of instructions a vector (a libmvec or preamble call): recomputing them
-# costs what a store and a load of the value would several times over
+# the kernel ops of tens of instructions a vector (a libmvec or preamble call):
+# recomputing them costs what a store and a load of the value would several times over
+# (fusion/profit.py), and a loop calling them pays for splitting its index into rows
+# (targets/cpp/flat.py's COSTLY_OPS)
 TRANSCENDENTAL_OPS = frozenset((
-    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh",
-    "erf", "erfc", "erfinv", "sigmoid", "pow", "atan", "atan2", "asin", "acos", "sinh",
-    "cosh", "asinh", "acosh", "atanh", "lgamma", "digamma"))
+    "exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf",
+    "sigmoid", "pow", "atan", "atan2", "asin", "acos", "sinh", "cosh", "asinh", "acosh",
+    "atanh", "erfinv", "lgamma"))
 
 
 def arithmetic_work(k: Kernel,

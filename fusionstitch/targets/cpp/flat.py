@@ -16,7 +16,7 @@ import re
 from ...codegen import expr as E
 from .index import digit_sizes, lowering_value, split_rows
 from .dtypes import ctype
-from ...codegen.kernel import Component, Constant, Index, Load, Op, Store
+from ...codegen.kernel import TRANSCENDENTAL_OPS, Component, Constant, Index, Load, Op, Store
 from .rowbuf import uses
 
 
@@ -36,9 +36,7 @@ ACROSS_ROW = 8
 RC_SLOTS = 16
 MIN_ROW = 16
 MIN_COSTLY_ROW = 2
-COSTLY_OPS = frozenset(("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan",
-                        "tanh", "erf", "sigmoid", "pow", "atan", "atan2", "asin", "acos",
-                        "sinh", "cosh", "asinh", "acosh", "atanh", "erfinv", "lgamma"))
+COSTLY_OPS = TRANSCENDENTAL_OPS     # math functions: a libmvec or preamble call each
 
 
 # the pragmas that start or share out a team of threads
