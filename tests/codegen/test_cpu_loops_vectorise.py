@@ -53,12 +53,10 @@ def _cache(tmp_path, monkeypatch):
     torch._dynamo.reset()
 
 
-def lane_calls() -> tuple[dict[str, set[str]], set[str]]:
-    """Of the kernel functions of the libraries built in this test's cache: those that
-    call `fs_lane_*` functions (scalar) and no vector variant, with the functions they
-    call; and those that call a vector variant."""
-    scalar: dict[str, set[str]] = {}
-    vector: set[str] = set()
+def kernel_disassembly() -> dict[str, str]:
+    """The instructions of each kernel function of the libraries built in this test's
+    cache (`fs_<hash>` and its OpenMP bodies)."""
+    out: dict[str, list[str]] = {}
     for so in cache_dir("cpu").glob("*.so"):
         text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(so)],
                               capture_output=True, text=True, check=True).stdout
@@ -66,14 +64,25 @@ def lane_calls() -> tuple[dict[str, set[str]], set[str]]:
         for line in text.splitlines():
             head = re.match(r"^[0-9a-f]+ <([^>]+)>:$", line)
             if head:
-                fn = head.group(1)
-                continue
-            call = re.search(r"call\s+[0-9a-f]+ <(_ZGV\w+_)?(fs_lane_\w+)>", line)
-            if call and fn and re.match(r"fs_[0-9a-f]{20}(\._omp_fn\.\d+)?$", fn):
-                if call.group(1):
-                    vector.add(fn)
-                else:
-                    scalar.setdefault(fn, set()).add(call.group(2))
+                fn = head.group(1) if re.match(r"fs_[0-9a-f]{20}(\._omp_fn\.\d+)?$",
+                                               head.group(1)) else None
+            elif fn:
+                out.setdefault(fn, []).append(line)
+    return {fn: "\n".join(lines) for fn, lines in out.items()}
+
+
+def lane_calls() -> tuple[dict[str, set[str]], set[str]]:
+    """Of the kernel functions of the libraries built in this test's cache: those that
+    call `fs_lane_*` functions (scalar) and no vector variant, with the functions they
+    call; and those that call a vector variant."""
+    scalar: dict[str, set[str]] = {}
+    vector: set[str] = set()
+    for fn, code in kernel_disassembly().items():
+        for call in re.finditer(r"call\s+[0-9a-f]+ <(_ZGV\w+_)?(fs_lane_\w+)>", code):
+            if call.group(1):
+                vector.add(fn)
+            else:
+                scalar.setdefault(fn, set()).add(call.group(2))
     return {fn: calls for fn, calls in scalar.items() if fn not in vector}, vector
 
 
@@ -95,24 +104,6 @@ def test_simulation_steps_vectorise(envs):
     scalar_only, vector = lane_calls()
     assert not scalar_only, f"loops left scalar call libmvec once per point: {scalar_only}"
     assert vector, "no kernel calls a vector variant of sin or cos"
-
-
-def kernel_disassembly() -> dict[str, str]:
-    """The instructions of each kernel function of the libraries built in this test's
-    cache (`fs_<hash>` and its OpenMP bodies)."""
-    out: dict[str, list[str]] = {}
-    for so in cache_dir("cpu").glob("*.so"):
-        text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(so)],
-                              capture_output=True, text=True, check=True).stdout
-        fn = None
-        for line in text.splitlines():
-            head = re.match(r"^[0-9a-f]+ <([^>]+)>:$", line)
-            if head:
-                fn = head.group(1) if re.match(r"fs_[0-9a-f]{20}(\._omp_fn\.\d+)?$",
-                                               head.group(1)) else None
-            elif fn:
-                out.setdefault(fn, []).append(line)
-    return {fn: "\n".join(lines) for fn, lines in out.items()}
 
 
 def test_a_causal_mask_of_loaded_bools_and_checked_indices_vectorises():
