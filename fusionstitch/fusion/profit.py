@@ -49,17 +49,19 @@ class RecomputeLimit:
                 # legality passed the group without lowering it (pointwise ops lower):
                 # its refusal stands, as legality's
                 return d
-            return recompute_within(leg.graph, names, kernel, self.limit, self.reused)
+            return recompute_within(leg.graph, names, kernel, self.limit, self.reused,
+                                    lambda part: leg.kernel(part)[1])
         return memo.verdict(memo.key(names), "recompute", decide)
 
 
 def recompute_within(graph: Graph, key, kernel, max_recompute: float,
-                     reused=None) -> Decision:
+                     reused=None, lower=None) -> Decision:
     """XLA's code-duplication rule, in our terms: the fused kernel `kernel` of the nodes
     `key` may recompute (values re-derived in each loop over a row, both sides of a
     concat's select) up to `max_recompute` times its parts' own ops (`Target.max_recompute`).
     `reused`: the target's `Target.reused_values` (the cpu target keeps rows across a
-    reduction's loops, so work read back from one is not recomputation)."""
+    reduction's loops, so work read back from one is not recomputation). `lower`: names ->
+    their kernel IR or None (`Legality.kernel`), for the transcendental limit."""
     from ..codegen.kernel import TRANSCENDENTAL_OPS, arithmetic_work
     from ..schedule.propagate import type_numel
     own = sum(type_numel(graph[n].type) for n in key
@@ -74,9 +76,9 @@ def recompute_within(graph: Graph, key, kernel, max_recompute: float,
     # LSTM cell fused with the concat of its output computed every sigmoid and tanh twice,
     # once per branch: 3.7x Inductor's time and slower than the ops one by one)
     work_t = arithmetic_work(kernel, reused, TRANSCENDENTAL_OPS)
-    if work_t <= MAX_TRANSCENDENTAL_RECOMPUTE:
+    if work_t <= MAX_TRANSCENDENTAL_RECOMPUTE or lower is None:
         return ALLOW
-    own_t = _own_transcendental(graph, key)
+    own_t = _own_transcendental(graph, key, lower)
     if work_t > MAX_TRANSCENDENTAL_RECOMPUTE * max(own_t, 1):
         return Decision.forbid(f"fused, it would compute {work_t / max(own_t, 1):.1f}x the "
                                f"transcendental ops of its parts (recomputation across "
@@ -85,23 +87,20 @@ def recompute_within(graph: Graph, key, kernel, max_recompute: float,
     return ALLOW
 
 
-def _own_transcendental(graph: Graph, key) -> int:
+def _own_transcendental(graph: Graph, key, lower) -> int:
     """The transcendental ops the nodes of `key` compute once each: every node that is
-    not free lowered alone (a composite such as gelu or its backward lowers to erf and
-    exp; a name alone would count it as none, and the fused kernel's would then read as
-    recomputation). Lowering is remembered per graph (legality.tentative_lower), and the
-    rule asks this only of groups whose kernel has transcendental work."""
+    not free lowered alone through `lower` (the seam's `Legality.kernel`, remembered per
+    graph): a composite such as gelu or its backward lowers to erf and exp, so by its
+    name it would count none, and the fused kernel's would then read as recomputation.
+    Asked only of groups whose kernel has transcendental work."""
     from ..codegen.kernel import TRANSCENDENTAL_OPS, arithmetic_work
-    from ..codegen.lower import Unsupported
-    from .legality import tentative_lower
     own = 0
     for n in key:
         if lookup(graph[n].op).category in _FREE_CATEGORIES:
             continue
-        try:
-            own += arithmetic_work(tentative_lower(graph, [n]), None, TRANSCENDENTAL_OPS)
-        except Unsupported:
-            continue
+        k = lower([n])
+        if k is not None:
+            own += arithmetic_work(k, None, TRANSCENDENTAL_OPS)
     return own
 
 
