@@ -10,6 +10,7 @@ from .conv_layout import channels_last_convs
 from .cse import cse
 from .broadcast_bmm import unbroadcast_bmm
 from .dce import dce
+from .gemm_accumulate import accumulate_products
 from .distinct_outputs import keep_apart
 from .matvec import decompose_matvec
 from .simplify import fold_views
@@ -38,6 +39,9 @@ PIPELINE: tuple[tuple[str, Pass, str], ...] = (
      "after fold_views, which would cancel its permute pairs, and after CSE, so that "
      "twin convolutions are one; target-gated (Target.conv_layout: cpu runs convolutions "
      "channels-last)"),
+    ("gemm_accumulate", accumulate_products,
+     "after CSE, so that a product has its true readers, and after conv_layout, whose "
+     "GEMMs may be addends: a sum of products becomes addmms that add into it"),
     ("dce", dce,
      "last: drops what folding and CSE left without users"),
 )

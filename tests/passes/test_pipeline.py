@@ -41,7 +41,8 @@ def test_dump_called_once_per_pass_in_order():
     canonicalize(_typical(), dump=lambda name, g: seen.append((name, len(g))))
     assert [name for name, _ in seen] == [name for name, _, _ in PIPELINE]
     assert [name for name, _, _ in PIPELINE] == ["unbroadcast_bmm", "matvec", "fold_views",
-                                               "constant_fold", "cse", "conv_layout", "dce"]
+                                               "constant_fold", "cse", "conv_layout",
+                                               "gemm_accumulate", "dce"]
 
 
 def test_every_pass_has_a_reason_and_logs(caplog):
