@@ -192,6 +192,49 @@ def plan_dying_writes(plan: FusionPlan, kernels: dict[int, Kernel],
     return out
 
 
+# a library op that may add into the memory of its first argument, read for the last time
+# there: `addmm(c, a, b)` with beta and alpha 1 and `c` of the result's shape and dtype
+# (passes/gemm_accumulate.py makes chains of them), run as `addmm(c, a, b, out=c)`: no
+# copy of `c` into new memory first (a [384, 1024] f32 sum: 0.17 ms a call against 0.31)
+ACCUMULATING_LIBRARY_OPS = frozenset({"addmm.default"})
+
+
+def plan_library_writes(plan: FusionPlan) -> frozenset[str]:
+    """The library nodes (ACCUMULATING_LIBRARY_OPS) that may store their result into the
+    memory of their first argument: that argument has the result's shape and dtype, is the
+    result of a library group's op that never returns a view (FRESH_LIBRARY_OPS, so its
+    memory is new memory of this call), no graph output aliases it, every reader of it or
+    of a view of it runs at this node or before, and no other argument of the node is (a
+    view of) it."""
+    facts = _facts(plan)
+    graph, group_of, order, outputs, users, position = facts
+    out = set()
+    for g in plan.groups:
+        if g.kind == KERNEL or len(g.nodes) != 1:
+            continue
+        node = graph[g.nodes[0]]
+        if node.op not in ACCUMULATING_LIBRARY_OPS or node.kwargs or len(node.args) != 3 \
+                or not all(isinstance(a, Ref) for a in node.args):
+            continue
+        into = graph[node.args[0].name]
+        producer = group_of.get(into.name)
+        if into.type != node.type or into.op not in FRESH_LIBRARY_OPS or producer is None \
+                or producer.kind == KERNEL or producer.id == g.id:
+            continue
+        alias = _aliases(graph, into.name, users)
+        if any(a.name in alias for a in node.args[1:]):
+            continue
+        if _plan_hazard(graph, into.name, g, group_of, order, outputs, users,
+                        position) is None:
+            out.add(node.name)
+    return frozenset(out)
+
+
+def addmm_into(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`c + a @ b` stored into `c` (its last reader: `plan_library_writes`)."""
+    return torch.addmm(c, a, b, out=c)
+
+
 def _dying_hazard(facts, value: str, g, kernel, out_buf, kernels, in_params) -> str | None:
     graph, group_of, order, outputs, users, position = facts
     root = view_root(graph, value)

@@ -165,6 +165,9 @@ class Program:
         # kernel groups without a generated kernel on a target that generates them run
         # through torch as fallbacks (a build error above), not as launches
         unbuilt = KERNEL if not target.generates_kernels else _UNBUILT
+        # library ops that add into the memory of an argument they read last (inplace.py)
+        from .inplace import addmm_into, plan_library_writes
+        accumulate = plan_library_writes(plan) if inplace_enabled() else frozenset()
         steps = []
         for g in plan.groups:
             step = kernels.get(g.id)
@@ -181,6 +184,10 @@ class Program:
                 if node.op == GETITEM:
                     fn = _getitem
                     args = [_Slot(slot_of[node.args[0].name]), node.args[1]]
+                    kwargs = {}
+                elif name in accumulate:
+                    fn = addmm_into
+                    args = [_template(a, slot_of, sizes) for a in node.args]
                     kwargs = {}
                 else:
                     fn = _RESHAPING.get(node.op) or resolve_overload(node.op)
