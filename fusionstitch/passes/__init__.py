@@ -8,6 +8,7 @@ from .gemm_accumulate import accumulate_products
 from .matvec import decompose_matvec
 from .pipeline import PIPELINE, canonicalize
 from .simplify import fold_views
+from .view_hoist import hoist_views
 
 __all__ = ["MAX_FOLDED_NUMEL", "PIPELINE", "accumulate_products", "canonicalize", "constant_fold", "cse", "dce",
-           "decompose_matvec", "fold_views", "unbroadcast_bmm"]
+           "decompose_matvec", "fold_views", "hoist_views", "unbroadcast_bmm"]

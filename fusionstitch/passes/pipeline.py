@@ -14,6 +14,7 @@ from .gemm_accumulate import accumulate_products
 from .distinct_outputs import keep_apart
 from .matvec import decompose_matvec
 from .simplify import fold_views
+from .view_hoist import hoist_views
 
 log = logging.getLogger("fusionstitch.passes")
 
@@ -29,6 +30,9 @@ PIPELINE: tuple[tuple[str, Pass, str], ...] = (
      "first: a bmm of broadcasts becomes one mm before matvec looks at bmm shapes"),
     ("matvec", decompose_matvec,
      "early: its permutes and reductions then go through folding like the graph's own"),
+    ("view_hoist", hoist_views,
+     "before fold_views, which folds the squeeze and unsqueeze pairs it leaves, and CSE, "
+     "which merges the equal ops it makes (one per step of a stacked mean's backward)"),
     ("fold_views", fold_views,
      "first: collapsed view chains give CSE one spelling per view and expose identities"),
     ("constant_fold", constant_fold,
