@@ -71,14 +71,16 @@ def _scale(e: E.Expr, consts) -> int | None:
     return None
 
 
-def _comparisons(c: Component, consts) -> dict[str, tuple[str, int]]:
+def _comparisons(c: Component, consts, scale=None) -> dict[str, tuple[str, int]]:
     """{var: (op, c)} of the comparisons `x op c` (op in ge gt le lt) in `c`, c an integer:
-    an operand at x // n compared with a known size k becomes x op' k * n."""
+    an operand at x // n compared with a known size k becomes x op' k * n. `scale`: the n
+    of an index expression, or None (default `_scale`)."""
+    scale = scale or (lambda e: _scale(e, consts))
     stmts = [s for body in _bodies(c) for s in body]
     pos, known = {}, {}
     for s in stmts:
         if isinstance(s, Index):
-            n = _scale(s.index, consts)
+            n = scale(s.index)
             if n is not None:
                 pos[s.var] = n
             elif not E.free_vars(s.index):
@@ -115,7 +117,9 @@ def split_component(c: Component, consts: dict[str, int]) -> list[Component]:
         return [c]
     cmps = _comparisons(c, consts)
     cuts = sorted({v for _, v in cmps.values() if 0 < v < n})
-    if not cuts or len(cuts) + 1 > MAX_MANY_PIECES:
+    if not cuts:
+        return _split_columns(c, consts)
+    if len(cuts) + 1 > MAX_MANY_PIECES:
         return [c]
     bounds = [0] + cuts + [n]
     if any(hi - lo < MIN_PIECE for lo, hi in zip(bounds, bounds[1:])):
@@ -147,10 +151,87 @@ def _selects_by(c: Component, cmps: set[str]) -> bool:
     return False
 
 
-def _piece(c: Component, cmps, lo: int, hi: int, consts) -> Component:
-    """Component `c` over x in [lo, hi), as x' = x - lo in [0, hi - lo)."""
-    def move(e: E.Expr) -> E.Expr:
-        return shift(e, lo, consts) if lo else e
+def _split_columns(c: Component, consts: dict[str, int]) -> list[Component]:
+    """`c` split where its pieces follow one another along x's last digit (a cat along
+    the last dim of rows: x = row * W + col, the pieces intervals of col): one component
+    per interval [lo, hi) of col, over x' = row * (hi - lo) + (col - lo). Every use of
+    x must be a digit of x over the same known sizes, so that the substitution is exact."""
+    sizes = _digit_sizes(c, consts)
+    if sizes is None:
+        return [c]
+    values = [_value(z, consts) for z in sizes]
+    width, last = values[-1], len(sizes) - 1
+    col = E.Digit(E.Var("x"), sizes, last)
+    cmps = _comparisons(c, consts, lambda e: 1 if e == col else None)
+    cuts = sorted({v for _, v in cmps.values() if 0 < v < width})
+    if not cuts or len(cuts) + 1 > MAX_MANY_PIECES:
+        return [c]
+    bounds = [0] + cuts + [width]
+    if any(hi - lo < MIN_PIECE for lo, hi in zip(bounds, bounds[1:])):
+        return [c]
+    if not _selects_by(c, set(cmps)):
+        return [c]
+    rows = 1
+    for v in values[:-1]:
+        rows *= v
+    pieces = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        narrow = sizes[:-1] + (E.Const(hi - lo),)
+
+        def move(e: E.Expr, lo=lo, narrow=narrow) -> E.Expr:
+            def digit(d):
+                if isinstance(d, E.Digit) and d.base == E.Var("x"):
+                    moved = E.Digit(E.Var("x"), narrow, d.k)
+                    return E.add(moved, E.Const(lo)) if d.k == last and lo else moved
+                return None
+            return E.rewrite(e, digit)
+        pieces.append(_piece(c, cmps, lo, hi, consts, move, E.Const(rows * (hi - lo))))
+    if len(pieces) > MAX_PIECES and _size(pieces) > 2 * _size([c]):
+        return [c]
+    return pieces
+
+
+def _digit_sizes(c: Component, consts) -> tuple | None:
+    """The sizes every use of x in `c` is a digit over (two or more, all known, their
+    product x's extent), or None."""
+    found: set = set()
+    bare = False
+
+    def walk(e: E.Expr) -> None:
+        nonlocal bare
+        if isinstance(e, E.Digit) and e.base == E.Var("x"):
+            found.add(e.sizes)
+            for z in e.sizes:
+                walk(z)
+            return
+        if e == E.Var("x"):
+            bare = True
+            return
+        for ch in E.children(e):
+            walk(ch)
+    for body in _bodies(c):
+        for s in body:
+            if isinstance(s, (Load, Store, Index)):
+                walk(s.index)
+    if bare or len(found) != 1:
+        return None
+    sizes = next(iter(found))
+    values = [_value(z, consts) for z in sizes]
+    if len(sizes) < 2 or any(v is None or v <= 0 for v in values):
+        return None
+    total = 1
+    for v in values:
+        total *= v
+    return sizes if _value(c.xnumel, consts) == total else None
+
+
+def _piece(c: Component, cmps, lo: int, hi: int, consts, move=None,
+           xnumel: E.Expr | None = None) -> Component:
+    """Component `c` over x in [lo, hi), as x' = x - lo in [0, hi - lo) (or as `move`
+    maps x's uses, over `xnumel` points)."""
+    if move is None:
+        def move(e: E.Expr) -> E.Expr:
+            return shift(e, lo, consts) if lo else e
     truth: dict[str, bool] = {}          # variables with a known value on the piece
     alias: dict[str, str] = {}           # variables that are another one on the piece
     for var, (op, v) in cmps.items():
@@ -184,7 +265,8 @@ def _piece(c: Component, cmps, lo: int, hi: int, consts) -> Component:
         bodies.append(out)
     bodies = _dead_code(bodies)
     loops = tuple(Loop(tuple(b)) for b in bodies[:-1])
-    return replace(c, xnumel=E.Const(hi - lo), loops=loops, body=tuple(bodies[-1]))
+    return replace(c, xnumel=xnumel if xnumel is not None else E.Const(hi - lo), loops=loops,
+                   body=tuple(bodies[-1]))
 
 
 def _renamed(s, alias: dict[str, str]):

@@ -191,3 +191,50 @@ def test_interpret_target_runs_the_pieces_of_a_column_sum():
     args = [torch.randn(1, 2, 5, 16, generator=g) for _ in range(3)]
     got, eager = _check(qkv_grad, args, "interpret")
     assert torch.equal(got[0], eager[0])
+
+
+# -- pieces along the last dim of rows (codegen/pieces.py `_split_columns`) ----------
+def cat_last(*xs):
+    return torch.cat(xs, -1) * 2
+
+
+def test_a_cat_along_the_last_dim_splits_into_dense_row_blocks():
+    # an RNN's 28 steps stacked on dim 1 of [B, T, H] (birnn at full size): one loop
+    # evaluated all 28 masked loads per element, 12x Inductor's copy
+    steps = [torch.randn(8, 32) for _ in range(28)]
+    k = max(kernels(lambda *xs: torch.stack(xs, 1) * 2, *steps),
+            key=lambda k: len(k.components))
+    assert len(k.components) == 28
+    for c in k.components:
+        assert c.xnumel.value == 8 * 32
+        assert sum(isinstance(s, Load) for body in bodies(c) for s in body) == 1
+        # no load under the cat's masks: each piece reads its own input unmasked
+        assert all(s.mask in (None, "xmask") for body in bodies(c) for s in body
+                   if isinstance(s, Load))
+    _loads_read_unshifted_x(k)
+
+
+def test_a_column_split_needs_every_use_of_x_as_a_digit_of_one_shape():
+    # the cat's rows broadcast against a [B, 1] column: still digits of one shape
+    (k,) = kernels(lambda a, b, s: torch.cat([a, b], -1) * s,
+                   torch.randn(6, 40), torch.randn(6, 24), torch.randn(6, 1))
+    assert len(k.components) == 2
+
+
+@pytest.mark.parametrize("target", ["cpu", "interpret"])
+@pytest.mark.parametrize("widths,rows", [((16, 16), 3), ((17, 40, 23), 5), ((32,) * 20, 4)])
+def test_cats_along_the_last_dim_match_eager(widths, rows, target):
+    g = torch.Generator().manual_seed(4)
+    args = [torch.randn(rows, w, generator=g) for w in widths]
+    got, eager = _check(cat_last, args, target)
+    assert torch.equal(got[0], eager[0])
+    torch._dynamo.reset()
+    got, eager = _check(cat_columns, args[:3] if len(args) >= 3 else args + [args[0]], target)
+    assert torch.equal(got[0], eager[0])
+
+
+def test_a_cat_along_the_middle_dim_of_3d_rows_matches_eager():
+    g = torch.Generator().manual_seed(5)
+    args = [torch.randn(3, w, 16, generator=g) for w in (2, 5, 1)]
+    got, eager = _check(lambda *xs: torch.tanh(torch.cat(xs, 1)), args)
+    torch.testing.assert_close(got[0], eager[0])
