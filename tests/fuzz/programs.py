@@ -460,6 +460,24 @@ class Builder:
             self.emit(f"torch.stack([{a.name}, {b.name}], {d})", t, **keep)
         return True
 
+    def matmul(self) -> bool:
+        """A product of two 2-D floats over their first dim (a weight gradient's form,
+        x^T @ y), sometimes plus a second such product (a weight used twice: the sum
+        passes/gemm_accumulate makes an addmm into the first); a training program's
+        backward makes more of both."""
+        x = self.pick(lambda v: v.kind == "float" and len(v.shape) == 2 and v.shape[0] > 0)
+        if x is None:
+            return False
+        y = self.pick(lambda v: v.kind == "float" and len(v.shape) == 2
+                      and v.shape[0] == x.shape[0] and x.shape[1] * v.shape[1] <= 200_000)
+        if y is None:
+            return False
+        expr = f"{x.name}.transpose(0, 1) @ {y.name}"
+        if self.draw(st.booleans()):
+            expr = f"{expr} + torch.tanh({x.name}).transpose(0, 1) @ ({y.name} * 0.5)"
+        self.emit(expr, (x.shape[1], y.shape[1]), "float", narrow=self.narrowest(x, y))
+        return True
+
     def inplace(self) -> bool:
         """Update an input in place (inference programs; the input is not a leaf that
         needs grad): later reads see the new value, and the caller's tensor changes."""
@@ -489,7 +507,7 @@ class Builder:
 
 OPS = {"unary": 10, "binary": 8, "where": 2, "compare": 2, "integer": 2, "logical": 1,
        "cast": 2, "reduce": 4, "full_reduce": 1, "row_op": 2, "view": 4, "concat": 1,
-       "inplace": 1}
+       "inplace": 1, "matmul": 1}
 
 
 @st.composite
