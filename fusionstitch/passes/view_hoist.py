@@ -40,14 +40,11 @@ def _elementwise(n: Node) -> bool:
 
 
 def _int_numel(t) -> int | None:
+    """The element count of a tensor type of static sizes; None for a symbolic one."""
     if not isinstance(t, TensorType):
         return None
-    n = 1
-    for d in t.shape:
-        if not isinstance(d, int):
-            return None
-        n *= d
-    return n
+    n = t.numel
+    return n if type(n) is int else None
 
 
 def _hoistable(e: Node, g: Graph, users: dict, outputs: frozenset) -> bool:
@@ -95,8 +92,9 @@ def _view_of_broadcast(v: Node, g: Graph, taken: set) -> list[Node] | None:
     rank, urank = src.type.rank, u.type.rank
     dim = (v.args[1] if len(v.args) > 1 else 0) % rank if rank else 0
     lead = rank - urank                  # dims expand added in front of u's
-    if dim >= lead and u.type.shape[dim - lead] != 1:
-        return None                      # a dim of u's own: not a broadcast
+    if dim >= lead and not (type(u.type.shape[dim - lead]) is int
+                            and u.type.shape[dim - lead] == 1):
+        return None                      # a dim of u's own (or a symbolic one): not a broadcast
     out = []
     base = Ref(u.name)
     if v.op == "select.int" and dim >= lead:
