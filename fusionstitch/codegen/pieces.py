@@ -116,17 +116,30 @@ def split_component(c: Component, consts: dict[str, int]) -> list[Component]:
     if n is None or n < 2 * MIN_PIECE:
         return [c]
     cmps = _comparisons(c, consts)
-    cuts = sorted({v for _, v in cmps.values() if 0 < v < n})
-    if not cuts:
+    if not any(0 < v < n for _, v in cmps.values()):
         return _split_columns(c, consts)
-    if len(cuts) + 1 > MAX_MANY_PIECES:
+    bounds = _bounds(c, cmps, n)
+    if bounds is None:
         return [c]
-    bounds = [0] + cuts + [n]
+    return _kept(c, [_piece(c, cmps, lo, hi, consts) for lo, hi in zip(bounds, bounds[1:])])
+
+
+def _bounds(c: Component, cmps, extent: int) -> list[int] | None:
+    """The interval bounds the comparisons cut [0, extent) into, or None where the split
+    does not pay: no cut, more than MAX_MANY_PIECES intervals, one narrower than
+    MIN_PIECE, or nothing reads under the comparisons."""
+    cuts = sorted({v for _, v in cmps.values() if 0 < v < extent})
+    if not cuts or len(cuts) + 1 > MAX_MANY_PIECES:
+        return None
+    bounds = [0] + cuts + [extent]
     if any(hi - lo < MIN_PIECE for lo, hi in zip(bounds, bounds[1:])):
-        return [c]
-    if not _selects_by(c, set(cmps)):
-        return [c]
-    pieces = [_piece(c, cmps, lo, hi, consts) for lo, hi in zip(bounds, bounds[1:])]
+        return None
+    return bounds if _selects_by(c, set(cmps)) else None
+
+
+def _kept(c: Component, pieces: list[Component]) -> list[Component]:
+    """The pieces, or `c` alone where more than MAX_PIECES of them print more than twice
+    its statements."""
     if len(pieces) > MAX_PIECES and _size(pieces) > 2 * _size([c]):
         return [c]
     return pieces
@@ -156,24 +169,16 @@ def _split_columns(c: Component, consts: dict[str, int]) -> list[Component]:
     the last dim of rows: x = row * W + col, the pieces intervals of col): one component
     per interval [lo, hi) of col, over x' = row * (hi - lo) + (col - lo). Every use of
     x must be a digit of x over the same known sizes, so that the substitution is exact."""
-    sizes = _digit_sizes(c, consts)
-    if sizes is None:
+    found = _digit_sizes(c, consts)
+    if found is None:
         return [c]
-    values = [_value(z, consts) for z in sizes]
-    width, last = values[-1], len(sizes) - 1
+    sizes, rows, width = found
+    last = len(sizes) - 1
     col = E.Digit(E.Var("x"), sizes, last)
     cmps = _comparisons(c, consts, lambda e: 1 if e == col else None)
-    cuts = sorted({v for _, v in cmps.values() if 0 < v < width})
-    if not cuts or len(cuts) + 1 > MAX_MANY_PIECES:
+    bounds = _bounds(c, cmps, width)
+    if bounds is None:
         return [c]
-    bounds = [0] + cuts + [width]
-    if any(hi - lo < MIN_PIECE for lo, hi in zip(bounds, bounds[1:])):
-        return [c]
-    if not _selects_by(c, set(cmps)):
-        return [c]
-    rows = 1
-    for v in values[:-1]:
-        rows *= v
     pieces = []
     for lo, hi in zip(bounds, bounds[1:]):
         narrow = sizes[:-1] + (E.Const(hi - lo),)
@@ -186,14 +191,13 @@ def _split_columns(c: Component, consts: dict[str, int]) -> list[Component]:
                 return None
             return E.rewrite(e, digit)
         pieces.append(_piece(c, cmps, lo, hi, consts, move, E.Const(rows * (hi - lo))))
-    if len(pieces) > MAX_PIECES and _size(pieces) > 2 * _size([c]):
-        return [c]
-    return pieces
+    return _kept(c, pieces)
 
 
 def _digit_sizes(c: Component, consts) -> tuple | None:
-    """The sizes every use of x in `c` is a digit over (two or more, all known, their
-    product x's extent), or None."""
+    """(sizes, rows, width): the sizes every use of x in `c` is a digit over (two or more,
+    all known, their product x's extent), the product of all but the last, and the last;
+    or None."""
     found: set = set()
     bare = False
 
@@ -219,10 +223,11 @@ def _digit_sizes(c: Component, consts) -> tuple | None:
     values = [_value(z, consts) for z in sizes]
     if len(sizes) < 2 or any(v is None or v <= 0 for v in values):
         return None
-    total = 1
-    for v in values:
-        total *= v
-    return sizes if _value(c.xnumel, consts) == total else None
+    rows = 1
+    for v in values[:-1]:
+        rows *= v
+    return (sizes, rows, values[-1]) if _value(c.xnumel, consts) == rows * values[-1] \
+        else None
 
 
 def _piece(c: Component, cmps, lo: int, hi: int, consts, move=None,

@@ -206,8 +206,7 @@ def plan_library_writes(plan: FusionPlan) -> frozenset[str]:
     memory is new memory of this call), no graph output aliases it, every reader of it or
     of a view of it runs at this node or before, and no other argument of the node is (a
     view of) it."""
-    facts = _facts(plan)
-    graph, group_of, order, outputs, users, position = facts
+    graph, group_of, order, outputs, users, position = _facts(plan)
     out = set()
     for g in plan.groups:
         if g.kind == KERNEL or len(g.nodes) != 1:

@@ -185,12 +185,9 @@ class Program:
                     fn = _getitem
                     args = [_Slot(slot_of[node.args[0].name]), node.args[1]]
                     kwargs = {}
-                elif name in accumulate:
-                    fn = addmm_into
-                    args = [_template(a, slot_of, sizes) for a in node.args]
-                    kwargs = {}
                 else:
-                    fn = _RESHAPING.get(node.op) or resolve_overload(node.op)
+                    fn = addmm_into if name in accumulate else (
+                        _RESHAPING.get(node.op) or resolve_overload(node.op))
                     args = [_template(a, slot_of, sizes) for a in node.args]
                     kwargs = {k: _template(v, slot_of, sizes) for k, v in node.kwargs}
                 ops.append((slot_of[name], fn, args, kwargs, dead_after.get(name, ())))

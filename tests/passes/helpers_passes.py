@@ -54,3 +54,11 @@ def assert_same_results(before: Graph, after: Graph, seeds=(0, 1, 2)) -> None:
                 assert a.shape == b.shape and _equal_nan(a, b), f"seed {seed}: results differ"
             else:
                 assert a == b
+
+
+def assert_left_alone(run, build) -> None:
+    """`run` (a pass) returns the very graph `build(builder)`'s outputs make: no rewrite."""
+    from fusionstitch.frontend.build import GraphBuilder
+    b = GraphBuilder()
+    g = b.build(*build(b))
+    assert run(g) is g
