@@ -322,8 +322,15 @@ def test_row_order_rows_of_known_length_accumulate_in_lanes(cols, lanes):
         assert f"if (rnumel == {cols}) {{" in src
         assert (f"_lanes[rl + {lanes // 2}]" in src) == bool(lanes), kind
         got = launch(compile_one(k), kb, [a], [torch.empty(40)])[0]
-        exact = 0 if kind != "sum" else None
-        torch.testing.assert_close(got, want, equal_nan=True, rtol=exact, atol=exact)
+        if kind == "sum":
+            # two orders of one float32 sum of n terms differ by at most 2 (n - 1) u sum|a_i|
+            # (Higham, Accuracy and Stability of Numerical Algorithms, 4.2): the rows'
+            # lanes add in another order than eager's
+            fin = want.isfinite()
+            bound = 2 * (cols - 1) * 2.0 ** -24 * a.abs().sum(1)
+            assert ((got - want).abs()[fin] <= bound[fin]).all(), (got, want)
+            got, want = got[~fin], want[~fin]
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
     ints = torch.randint(-2**62, 2**62, (40, cols))
     for kind, want in (("sum", ints.sum(1)), ("max", ints.amax(1)), ("prod", ints.prod(1))):
         kb, k = row_kernel(ints, kind)
