@@ -116,6 +116,10 @@ class Buffer:
     # a batch component's on-chip intermediate, spilled per program (block composition's
     # `S`): contiguous, `dtype` is the compute dtype, allocated by the runtime per launch
     scratch: bool = False
+    # an input that is a view (a permute of a graph input, run through torch between the
+    # groups): the strides expected at launch (`view_strides.expected_strides`); None:
+    # row-major for `shape`. An expectation, which the cpu target checks at launch
+    expected: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

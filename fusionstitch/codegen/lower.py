@@ -37,6 +37,7 @@ from ..schedule.propagate import (Inconsistent, SIMPLE_REDUCTIONS, Schedule, esc
 from ..schedule.propagate import type_numel as _numel
 from . import expr as E
 from .pieces import split_pieces
+from .view_strides import expected_strides
 from .kernel import (DTYPES, Buffer, Component, Constant, Index, Kernel, Load, Loop, Op,
                      Reduce, Store)
 
@@ -145,8 +146,9 @@ class Lowerer:
                 self.syms[s.name] = s
                 self.bindings[s.name] = ("stride", name, d)
                 strides.append(s)
+            expected = expected_strides(self.graph, value) if element is None else None
             buf = self.inputs[key] = Buffer(name, value, element, t.dtype, t.shape,
-                                            tuple(strides), False)
+                                            tuple(strides), False, expected=expected)
         return buf
 
     def output_buffer(self, value: str, element: int | None, t: TensorType) -> Buffer:

@@ -48,15 +48,19 @@ def rename_expr(e: E.Expr, value_name, sym_name) -> E.Expr:
 
 def expected_values(k: Kernel) -> dict[str, int]:
     """What each sym is expected to be at launch: a stride that `Kernel.bindings` binds
-    to a buffer's dimension is expected row-major for the buffer's shape (contiguous
-    inputs are the common case; lowering does not know the real strides), any other
-    sym its value at lowering time (`Sym.value`)."""
-    shapes = {b.name: b.shape for b in k.buffers}
+    to a buffer's dimension is the buffer's `expected` stride (a view's, known from the
+    graph), else row-major for the buffer's shape (contiguous inputs are the common
+    case); any other sym its value at lowering time (`Sym.value`)."""
+    buffers = {b.name: b for b in k.buffers}
     out: dict[str, int] = {}
     for name, how in k.bindings:
-        if how and how[0] == "stride" and how[1] in shapes:
+        if how and how[0] == "stride" and how[1] in buffers:
+            b = buffers[how[1]]
+            if b.expected is not None:
+                out[name] = b.expected[how[2]]
+                continue
             out[name] = 1
-            for n in shapes[how[1]][how[2] + 1:]:
+            for n in b.shape[how[2] + 1:]:
                 out[name] *= n
     return out
 

@@ -1,0 +1,123 @@
+"""Flat loops that read (or write) across their rows run in tiles (targets/cpp/flat.py
+`tiled`), and a kernel input that is a view of a graph input expects the view's
+strides (codegen/view_strides.py), so that its dense version is the one that runs."""
+import pytest
+import torch
+
+import fusionstitch
+from fusionstitch.codegen.lower import lower_group
+from fusionstitch.codegen.view_strides import expected_strides
+from fusionstitch.fusion.plan import KERNEL
+from fusionstitch.targets.cpp import flat
+from fusionstitch.targets.cpp.index import expected_values
+from fusionstitch.targets.cpp import printer as cpu
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    torch._dynamo.reset()
+
+
+def kernels(fn, *args):
+    with torch.no_grad():
+        rep = fusionstitch.explain(fn, *args, target="cpu")
+    return [(g.plan.graph, lower_group(g.plan.graph, grp.nodes, "k"))
+            for g in rep.graphs for grp in g.plan.groups if grp.kind == KERNEL]
+
+
+def dense(src: str) -> str:
+    return src[src.index("// dense"):].split("} else {")[0]
+
+
+w = torch.randn(96)
+CASES = {
+    # NCHW read into NHWC rows (a channels-last convolution's input copy): rows of C
+    "nchw_to_nhwc": (lambda x: (x.permute(0, 2, 3, 1) * 2).contiguous(), (2, 96, 9, 20)),
+    # an NHWC tensor read as NCHW with a per-channel scale and a residual (batch norm,
+    # residual add and relu after a channels-last convolution): rows of H * W
+    "nhwc_to_nchw": (lambda y, r: torch.relu(y.permute(0, 3, 1, 2) * w.view(-1, 1, 1) + r),
+                     (2, 9, 20, 96), (2, 96, 9, 20)),
+    # a matrix's transpose, scaled
+    "transpose": (lambda a: (a.t() * 3 + 1).contiguous(), (200, 130)),
+}
+
+
+def sample(shapes):
+    return [torch.randn(*s) for s in shapes]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_reads_across_rows_run_in_tiles(case):
+    fn, *shapes = CASES[case]
+    args = sample(shapes)
+    found = kernels(fn, *args)
+    srcs = [cpu.cpp_source(k) for _, k in found]
+    assert any(f"in tiles of {flat.TILE_ROWS} x {flat.TILE_COLS}" in dense(s)
+               for s in srcs if "// dense" in s), srcs
+    c = torch.compile(fn, backend=fusionstitch.backend(target="cpu"))
+    with torch.no_grad():
+        torch.testing.assert_close(c(*args), fn(*args), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_tiles_give_eager_numbers_at_other_sizes_and_strides(case):
+    """Partial tiles at both ends of a row and of the rows (sizes prime to the tile's),
+    one row, empty tensors, inputs of other strides (the general version): every element
+    exactly eager's (the ops are exact or one rounding each, in eager's order)."""
+    fn, *shapes = CASES[case]
+    c = torch.compile(fn, backend=fusionstitch.backend(target="cpu"), dynamic=True)
+    variants = [shapes,
+                [tuple(d + 3 if d > 1 else d for d in s) for s in shapes],
+                [tuple(max(d - 5, 1) for d in s) for s in shapes],
+                [tuple(1 if i == 0 else d for i, d in enumerate(s)) for s in shapes]]
+    if case == "nhwc_to_nchw":
+        variants = [v for v in variants if v[0][3] == 96]   # w has 96 channels
+    with torch.no_grad():
+        for v in variants:
+            args = sample(v)
+            torch.testing.assert_close(c(*args), fn(*args), rtol=0, atol=0)
+        # strided inputs: every other element of a wider tensor, a transposed copy
+        args = [torch.randn(*s[:-1], 2 * s[-1])[..., ::2] for s in shapes]
+        torch.testing.assert_close(c(*args), fn(*args), rtol=0, atol=0)
+        args = [torch.randn(*reversed(s)).permute(*reversed(range(len(s)))) for s in shapes]
+        torch.testing.assert_close(c(*args), fn(*args), rtol=0, atol=0)
+
+
+def test_rows_shorter_than_a_tile_keep_the_row_loop():
+    fn = lambda x: (x.permute(0, 2, 1) * 2).contiguous()   # noqa: E731
+    srcs = [cpu.cpp_source(k) for _, k in kernels(fn, torch.randn(4, 8, 300))]
+    assert not any("in tiles of" in s for s in srcs), srcs
+
+
+def test_a_view_of_a_graph_input_expects_the_views_strides():
+    y = torch.randn(2, 9, 20, 96)
+    found = kernels(CASES["nhwc_to_nchw"][0], y, torch.randn(2, 96, 9, 20))
+    (graph, k), = found
+    views = [b for b in k.inputs if b.expected is not None]
+    assert [b.expected for b in views] == [y.permute(0, 3, 1, 2).stride()], k.inputs
+    assert expected_strides(graph, views[0].value) == (17280, 1, 1920, 96)
+    # the dense version is printed for (and tests) the permuted strides, not row-major
+    want = dict(zip(range(4), y.permute(0, 3, 1, 2).stride()))
+    got = {how[2]: expected_values(k)[name] for name, how in k.bindings
+           if how[0] == "stride" and how[1] == views[0].name}
+    assert got == {d: s for d, s in want.items() if d in got} and len(got) == 4, got
+
+
+def test_a_view_of_a_library_result_expects_nothing():
+    """A convolution of a channels-last input returns channels-last memory: a view of its
+    result has strides the graph does not say; the kernel expects row-major (as before)."""
+    wt = torch.randn(8, 4, 3, 3)
+
+    def f(x):
+        return torch.nn.functional.conv2d(x, wt).permute(0, 2, 3, 1) * 2
+    for graph, k in kernels(f, torch.randn(2, 4, 10, 10)):
+        for b in k.inputs:
+            if graph[b.value].op != "parameter":
+                assert b.expected is None, (b, graph[b.value].op)
+
+
+def test_a_row_major_or_symbolic_view_expects_nothing():
+    def f(x):
+        return x.view(-1) * 2, x.unsqueeze(0) + 1
+    for graph, k in kernels(f, torch.randn(6, 5)):
+        assert all(b.expected is None for b in k.inputs)
