@@ -70,11 +70,15 @@ def placed(user: list, first: int) -> dict[int, tuple[int, ...]]:
 
 def restride(outs: list, expected: dict[int, tuple[int, ...]], inputs: list) -> list:
     """`outs` with each output of `expected` (position -> dim order) in eager's layout
-    (copied where it is not), unless it lies on an input's storage."""
+    (copied where it is not), unless it lies on an input's storage. Outputs on the memory
+    of one that was copied (`v1 = v0.t()` with both returned) view the copy where that
+    gives the same elements (`_moved_view`), as eager's views view eager's value: with
+    eager's strides and aliases; biggest first, so views follow their base."""
     copies: dict[int, torch.Tensor] = {}
+    moved: list[tuple[torch.Tensor, torch.Tensor]] = []      # (output, its copy)
     storages = None
-    for i, order in expected.items():
-        t = outs[i]
+    for i in sorted(expected, key=lambda i: -_numel(outs[i])):
+        order, t = expected[i], outs[i]
         if not isinstance(t, torch.Tensor) or t.dim() != len(order):
             continue
         shape = tuple(t.shape)
@@ -89,10 +93,70 @@ def restride(outs: list, expected: dict[int, tuple[int, ...]], inputs: list) -> 
                         if isinstance(a, torch.Tensor)}
         if t.untyped_storage().data_ptr() in storages:
             continue
+        view = _view_of_moved(t, moved)
+        if view is not None and _same_layout(shape, view.stride(), stride):
+            copies[id(t)] = outs[i] = view
+            continue
         copy = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
         copy.copy_(t)
         copies[id(t)] = outs[i] = copy
+        moved.append((t, copy))
+    if moved:
+        done = set(map(id, copies.values()))
+        for i, o in enumerate(outs):
+            if isinstance(o, torch.Tensor) and id(o) not in done and i not in expected:
+                view = _view_of_moved(o, moved)
+                if view is not None:
+                    outs[i] = view
     return outs
+
+
+def _numel(t) -> int:
+    return t.numel() if isinstance(t, torch.Tensor) else 0
+
+
+def _view_of_moved(o: torch.Tensor, moved: list) -> torch.Tensor | None:
+    """`o` as a view of the copy of an output on its storage (`moved`: (output, copy)
+    pairs, biggest first), or None."""
+    ptr = o.untyped_storage().data_ptr()
+    for t, copy in moved:
+        if t.untyped_storage().data_ptr() == ptr:
+            view = _moved_view(o, t, copy)
+            if view is not None:
+                return view
+    return None
+
+
+def _moved_view(o: torch.Tensor, t: torch.Tensor, copy: torch.Tensor) -> torch.Tensor | None:
+    """View `o` of dense tensor `t`'s memory as the same elements of `copy` (t's values in
+    another layout): o's offset and each of its strides read as steps over t's dims
+    (unique, t being dense), which must stay within t's sizes (no carry from one dim into
+    the next, nothing before t's first element); None where they do not, or where o
+    reinterprets the bytes."""
+    if o.dtype != t.dtype or o.device != t.device or not _dense(tuple(t.shape), t.stride()):
+        return None
+    order = sorted((s, k) for k, (s, n) in enumerate(zip(t.stride(), t.shape)) if n > 1)
+
+    def steps(offset: int) -> list[int] | None:
+        c = [0] * t.dim()
+        for s, k in reversed(order):
+            c[k], offset = divmod(offset, s)
+        return c if offset == 0 and min(c, default=0) >= 0 else None
+    start = steps(o.storage_offset() - t.storage_offset())
+    if start is None:
+        return None
+    reach, strides = list(start), []
+    for size, stride in zip(o.shape, o.stride()):
+        c = steps(stride) if size > 1 else [0] * t.dim()
+        if c is None:
+            return None
+        for k in range(t.dim()):
+            reach[k] += c[k] * (size - 1)
+        strides.append(sum(ck * sk for ck, sk in zip(c, copy.stride())))
+    if any(r >= n for r, n in zip(reach, t.shape)):
+        return None
+    offset = copy.storage_offset() + sum(ck * sk for ck, sk in zip(start, copy.stride()))
+    return copy.as_strided(o.shape, strides, offset)
 
 
 def wrap(run: Callable[[list], list], expected: dict[int, tuple[int, ...]]) -> Callable:

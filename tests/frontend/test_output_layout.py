@@ -151,3 +151,34 @@ def test_views_of_an_intermediate_keep_eagers_values(replay, grad):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     for got, want in zip(outs[:2] if not grad else (), wants[:2]):
         assert _layout(got) == _layout(want), (got.stride(), want.stride())
+
+
+@pytest.mark.parametrize("case", ["transposed", "channels_last"])
+def test_views_of_a_returned_output_follow_its_new_layout(case):
+    """`v1 = v0.t()` with both returned, v0 in another layout than ours (copied into
+    eager's): v1 views the copy, with eager's strides and values, and still aliases v0
+    (v1 had our row-major v0's strides: the fuzzer's seed 212121 found it)."""
+    def f(x):
+        v0 = torch.trunc(x * 4)
+        return v0, v0.transpose(0, 1), v0[1:], v0.select(-1, 2), v0 * 0.5   # exact ops
+    x = CASES[case]()
+    f_c, _ = compiled(f)
+    with torch.no_grad():
+        outs, wants = f_c(x), f(x)
+    for got, want in zip(outs, wants):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert _layout(got) == _layout(want), (got.stride(), want.stride())
+    base = outs[0].untyped_storage().data_ptr()
+    assert all(o.untyped_storage().data_ptr() == base for o in outs[1:4])
+
+
+def test_a_view_that_cannot_be_read_in_the_copys_coordinates_is_left_alone():
+    t = torch.arange(12.0).view(3, 4)            # ours: row-major
+    flat = t.view(-1)[1:11]                      # runs across t's rows: a carry
+    col = t[:, 1]
+    outs = output_layout.restride([t, flat, col], {0: (1, 0)}, [])
+    assert outs[0].stride() == (1, 3) and outs[1] is flat
+    assert outs[2].stride() == (1,) and outs[2].untyped_storage().data_ptr() == \
+        outs[0].untyped_storage().data_ptr()
+    torch.testing.assert_close(outs[2], col, rtol=0, atol=0)
+    assert output_layout._moved_view(t.view(torch.int32), t, outs[0]) is None
