@@ -43,6 +43,10 @@ How the loops are laid out (all of it follows from the IR):
   index of a component version reads as one (row-major in each, or in none: a [A, 1, 1]
   operand against [A, B, C] ones) are one dim of their product, proven symbolically
   (no run-time test): rows of B * C below, not of C with a division per row.
+* One unravelling of x (`refine.py`): a component that reads x over several static
+  unravellings nested in one another (a view after a transposition: digits of x over
+  (8, 64, 512) and (512, 8, 64)) reads it over their common refinement (8, 64, 8, 64),
+  so that its rows run along the contiguous dim without a division per element.
 * Flat components whose x is unravelled over sizes S (S[-1] expected >= MIN_ROW, or
   MIN_COSTLY_ROW when the loop calls a math function)
   loop over `x = xo * S[-1] + xi`: the last digit of x is `xi` itself and the others
@@ -150,6 +154,7 @@ from ...codegen import expr as E
 from .build import (ERROR_ARG, FLAGS, CannotPrint, CompileFailed,  # noqa: F401
                         CompilerUnavailable, KernelBuildError, clear_memory_cache,
                         load_library, runner)
+from .refine import refine_digits, refine_plan
 from .index import (expected_values, fixed_strides, merge_digits, merge_plan, rename_expr,
                     specialize, split_rows)
 from .preamble import PREAMBLE
@@ -251,6 +256,8 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         self.xo_digits: tuple[E.Expr, ...] | None = None
         # the component version's unravellings with dims merged (index.merge_plan)
         self.merges: dict = {}
+        # x's unravellings united in one finer one (refine.refine_plan)
+        self.refined: dict = {}
         self.bool_logic = False                # printed &, | or a select between bools
         self.selects = False                   # printed a select (`where`)
         self.divides_ints = False              # printed an integer division: `fs_error`
@@ -318,15 +325,19 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         indices through this, so that it sees what is printed."""
         if access and self.fast:
             e = specialize(e, self.expected, self.fixed)[0]
-        return merge_digits(e, self.merges)
+        return merge_digits(refine_digits(e, self.refined), self.merges)
 
     def plan_merges(self, c: Component) -> None:
-        """`self.merges` for the version of `c` about to be printed (`self.fast`)."""
-        self.merges = {}
-        self.merges = merge_plan(
-            [self.form(s.index, isinstance(s, (Load, Store)))
-             for body in [c.body] + [loop.body for loop in c.loops] for s in body
-             if isinstance(s, (Load, Store, Index))])
+        """`self.refined` and `self.merges` for the version of `c` about to be printed
+        (`self.fast`): x's unravellings united (refine.py), then digits merged."""
+        self.merges, self.refined = {}, {}
+
+        def indices():
+            return [self.form(s.index, isinstance(s, (Load, Store)))
+                    for body in [c.body] + [loop.body for loop in c.loops] for s in body
+                    if isinstance(s, (Load, Store, Index))]
+        self.refined = refine_plan(indices(), self.constants)
+        self.merges = merge_plan(indices())
 
     def index(self, e: E.Expr, env: dict[str, str], access: bool = False) -> str:
         """C text of an index expression (`access`: of a load/store, specialised in the
@@ -444,7 +455,7 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         else:
             self.plan_merges(c)
             self.component_loop(2, c)
-        self.merges = {}
+        self.merges, self.refined = {}, {}
         self.emit(1, "}")
 
     def dense_conditions(self, c: Component) -> list[str]:
