@@ -180,7 +180,7 @@ def plan_dying_writes(plan: FusionPlan, kernels: dict[int, Kernel],
             if pos in taken or ob.element is not None or _nbytes(ob) < INPLACE_MIN_BYTES:
                 continue
             for b in kernel.inputs:
-                if b.element is not None or b.value in used or b.shape != ob.shape \
+                if b.element is not None or b.value in used or not _same_elements(b, ob) \
                         or b.dtype != ob.dtype:
                     continue
                 why = _dying_hazard(facts, b.value, g, kernel, ob, kernels, in_params)
@@ -256,7 +256,7 @@ def _dying_hazard(facts, value: str, g, kernel, out_buf, kernels, in_params) -> 
     if sum(1 for b in kernel.inputs if b.value in alias) != 1:
         return "the kernel reads its memory through another buffer too"
     why = _plan_hazard(graph, root, g, group_of, order, outputs, users, position)
-    return why or kernel_hazard(kernel, value, out_buf)
+    return why or kernel_hazard(kernel, value, out_buf, reshaped=True)
 
 
 def may_alias(kernel: Kernel, writes: list[tuple[int, str]]) -> Kernel:
@@ -307,14 +307,65 @@ def _contiguous(index: E.Expr, buf, sizes: dict[int, E.Expr]) -> E.Expr:
                      else None)
 
 
-def kernel_hazard(kernel: Kernel, param: str, out_buf) -> str | None:
+def _same_elements(a, b) -> bool:
+    """Buffers `a` and `b` hold as many elements, row-major: one shape, or static shapes
+    of one size (a GEMM's [512, 2048] result read as [8, 64, 2048])."""
+    if a.shape == b.shape:
+        return True
+    return all(type(d) is int for d in a.shape + b.shape) and \
+        math.prod(a.shape) == math.prod(b.shape)
+
+
+def _linear(index: E.Expr, values: dict[str, int]) -> E.Expr:
+    """`index` with each complete unravelling sum(Digit(b, S, k) * m * S[k+1] * ...)
+    (row-major, times a common m) as `b * m`, until none is left (a digit of a digit: a
+    view of a view): the offsets of two shapes of one size then compare as the same
+    element. Coefficients and sizes compared by value (`values`: the syms' constants);
+    an unravelling over a size not known is left as it is."""
+    def value(e):
+        return E.evaluate(e, lambda sym: values.get(sym.name))
+    while True:
+        terms = index.terms if isinstance(index, E.Add) else (index,)
+        groups: dict[tuple, dict[int, tuple[int, int]]] = {}
+        for i, t in enumerate(terms):
+            factors = t.factors if isinstance(t, E.Mul) else (t,)
+            digits = [f for f in factors if isinstance(f, E.Digit)]
+            if len(digits) == 1:
+                d = digits[0]
+                c = value(E.mul(*(f for f in factors if f is not d)))
+                if c is not None:
+                    groups.setdefault((d.base, d.sizes), {})[d.k] = (i, c)
+        for (base, sizes), by_k in groups.items():
+            n = [value(z) for z in sizes]
+            if None in n:
+                continue
+            needed = [k for k, v in enumerate(n) if v != 1]
+            if not needed or sorted(by_k) != needed:
+                continue
+            m = by_k[needed[-1]][1]
+            if all(by_k[k][1] == math.prod(n[k + 1:]) * m for k in needed):
+                done = {i for i, _ in by_k.values()}
+                index = E.add(E.mul(base, E.Const(m)),
+                              *(t for i, t in enumerate(terms) if i not in done))
+                break
+        else:
+            return index
+
+
+def kernel_hazard(kernel: Kernel, param: str, out_buf, reshaped: bool = False
+                  ) -> str | None:
     """Why storing `out_buf` into the memory of input `param` could change what the kernel
-    reads, or None when every read of `param` is of the element being written, earlier."""
+    reads, or None when every read of `param` is of the element being written, earlier.
+    `reshaped`: the input may have another shape of the output's size (a contiguous view
+    of it), whose reads are then compared as row-major offsets."""
     ins = {b.name: b for b in kernel.inputs if b.value == param}
-    if any(b.element is not None or b.shape != out_buf.shape or b.dtype != out_buf.dtype
+    if any(b.element is not None or b.dtype != out_buf.dtype or not (
+            b.shape == out_buf.shape or (reshaped and _same_elements(b, out_buf)))
            for b in ins.values()):
         return "the input is read as another shape or dtype"
+    same = all(b.shape == out_buf.shape for b in ins.values())
     how = dict(kernel.bindings)
+    consts = {s.name: how[s.name][1] for s in kernel.syms if how[s.name][0] == "const"}
     sizes = {how[s.name][1]: s for s in kernel.syms if how[s.name][0] == "const"}
     stores = []
     for c, comp in enumerate(kernel.components):
@@ -337,7 +388,8 @@ def kernel_hazard(kernel: Kernel, param: str, out_buf) -> str | None:
                     return "another part of the kernel reads the input"
                 if (b, k) > (sb, sk):   # a later loop over the row, or later in this one
                     return "the input is read after the new value is written"
-                if _contiguous(s.index, ins[s.buffer], sizes) != sindex:
+                read = _contiguous(s.index, ins[s.buffer], sizes)
+                if read != sindex and (same or _linear(read, consts) != _linear(sindex, consts)):
                     return (f"the input is read at {E.to_source(s.index)}, another element "
                             f"than the one written ({E.to_source(sindex)})")
     return None
@@ -397,6 +449,7 @@ def writable(t: torch.Tensor, shape, dtype: torch.dtype,
     """Whether a kernel may store a contiguous `shape`/`dtype` output into `t`: no other
     input of the kernel (`owners`, from `storages`; None: the caller checked) shares its
     memory."""
-    if t.shape != shape or t.dtype != dtype or not t.is_contiguous() or t.numel() == 0:
+    if t.dtype != dtype or not t.is_contiguous() or t.numel() == 0 or (
+            t.shape != shape and t.numel() != math.prod(shape)):
         return False
     return owners is None or owners.get(t.untyped_storage().data_ptr(), set()) <= {id(t)}

@@ -84,6 +84,7 @@ class KernelStep:
         self.torch_dtype = [DTYPES[o[3]] for o in self.outputs]
         # output position -> slot of the input it may be stored into (runtime/inplace.py)
         self.into: dict[int, int] = {}
+        self.into_views: dict[int, torch.Size] = {}
         self._into_items: list[tuple] = []      # what write_into derives from `into`
         # block composition's per-program intermediates (batch components), per launch
         self.scratch = [(b.shape, DTYPES[b.dtype]) for b in kernel.scratch]
@@ -175,6 +176,12 @@ class KernelStep:
         self._into_items = [
             (k, slot, torch.Size(self.outputs[k][2]), self.torch_dtype[k], slot in read)
             for k, slot in sorted(self.into.items()) if math.prod(self.outputs[k][2]) > 0]
+        # outputs stored into an input of another shape of their size (a GEMM's [512,
+        # 2048] result read as [8, 64, 2048]): output position -> its shape, the view of
+        # the input's memory it becomes
+        shapes = {slot: b.shape for (slot, _), b in zip(self.inputs, self.kernel.inputs)}
+        self.into_views = {k: torch.Size(self.outputs[k][2]) for k, slot in self.into.items()
+                           if tuple(shapes.get(slot, ())) != tuple(self.outputs[k][2])}
 
     def _fresh(self, k: int, shape, dt: torch.dtype, pool: dict | None) -> torch.Tensor:
         """Output k's memory: recycled from `pool` when it is big enough to take part."""
@@ -195,8 +202,9 @@ class KernelStep:
         distinct = set(ptrs)
         if memo is not None and len(distinct) == len(ptrs) and not any(
                 _storage_ptr(values[slot].untyped_storage()) in distinct for slot in memo[1]):
+            views = self.into_views
             for k, slot in memo[0]:     # what `_choose_into` would choose again
-                outs[k] = values[slot]
+                outs[k] = values[slot] if k not in views else values[slot].view(views[k])
             written = len(memo[0])
         else:
             written = self._choose_into(values, ins, ptrs, outs)
@@ -223,10 +231,11 @@ class KernelStep:
             if owners is not None:
                 ok = writable(t, size, dt, owners)
             else:   # writable(t, size, dt, None), inline: 120 outputs per optimizer step
-                ok = t.shape == size and t.dtype == dt and t.is_contiguous() and (
-                    read or t.untyped_storage().data_ptr() not in distinct)
+                ok = (t.shape == size or t.numel() == size.numel() > 0) and t.dtype == dt \
+                    and t.is_contiguous() and (
+                        read or t.untyped_storage().data_ptr() not in distinct)
             if ok:
-                outs[k] = t
+                outs[k] = t if t.shape == size else t.view(size)
                 written += 1
                 chosen.append((k, slot))
         if self.static and owners is None:   # shared storages: offsets matter, not kept

@@ -720,7 +720,9 @@ def _launch(src: _Source, step, layouts: dict) -> None:
     device = src.name("DEV", step.device)
     outs = []
     for k, ((slot, element, shape, _), dt) in enumerate(zip(step.outputs, step.torch_dtype)):
-        if k in into:
+        if k in into and k in step.into_views:     # an input of another shape
+            src.emit(f"{pad}o{k} = values[{into[k]}].view({tuple(step.into_views[k])})")
+        elif k in into:
             src.emit(f"{pad}o{k} = values[{into[k]}]")
         elif step.into or element is not None:
             # (two branches: no memory taken from the dead in one alone; a tuple's

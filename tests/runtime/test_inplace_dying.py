@@ -42,8 +42,8 @@ def _conv_net():
 
 def test_a_conv_nets_elementwise_kernels_write_into_the_convolutions_results(monkeypatch):
     # (1x1 convolutions would run as GEMMs, passes/conv_layout.py: these stay
-    # convolutions. A GEMM's 2-D result read as the 4-D NHWC value is not written into
-    # yet: `kernel_hazard` compares shapes)
+    # convolutions. A GEMM's 2-D result, read in NHWC order by a kernel writing NCHW,
+    # is not written into: its elements are not read where they are written)
     monkeypatch.setenv("FUSIONSTITCH_CONV_GEMM", "0")
     m, x = _conv_net(), torch.randn(4, 16, 32, 32)
     assert 4 * 32 * 32 * 32 * 4 >= INPLACE_MIN_BYTES
