@@ -38,7 +38,8 @@ def expected_orders(gm: torch.fx.GraphModule, skip: set[int] | frozenset[int]
 
 def user_orders(gm: torch.fx.GraphModule) -> list[tuple[int, ...] | None]:
     """Per output of `gm`: the order of its dims in memory where its traced value is
-    dense and not row-major, else None. Of Dynamo's graph (`example_value`: torch's own
+    dense and not row-major (or is a view through a permutation: `_permuted_view`), else
+    None. Of Dynamo's graph (`example_value`: torch's own
     ops on fake tensors, whose strides are eager's) this is the caller's view; of
     AOTAutograd's (`val`), decompositions may have changed a layout (`xlogy` of a
     transposed and a row-major tensor: eager follows the first, its decomposition not)."""
@@ -57,9 +58,43 @@ def user_orders(gm: torch.fx.GraphModule) -> list[tuple[int, ...] | None]:
             continue
         # outermost first: larger strides first; a size-1 dim's place does not matter
         order = tuple(sorted(range(len(shape)), key=lambda d: (-stride[d], d)))
-        if not _same_layout(shape, _strides(shape, order), _row_major(shape)):
+        if not _same_layout(shape, _strides(shape, order), _row_major(shape)) or \
+                _permuted_view(node):
             found[-1] = order
     return found
+
+
+# view ops (Dynamo's method and function names, aten's packets) that a permuted view
+# may pass through on its way to an output, and those that permute
+_VIEWS = frozenset({"view", "reshape", "unsqueeze", "squeeze", "expand", "expand_as",
+                    "view_as", "select", "narrow", "__getitem__", "flatten", "unflatten",
+                    "alias", "slice", "_unsafe_view"})
+_PERMUTES = frozenset({"permute", "transpose", "t", "swapaxes", "swapdims", "movedim",
+                       "mT", "mH", "T", "H", "adjoint"})
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    t = node.target
+    if isinstance(t, str):
+        return t
+    name = getattr(t, "__name__", "") or str(t)
+    return name.split(".")[0]           # aten's `permute.default`: its packet
+
+
+def _permuted_view(node: torch.fx.Node) -> bool:
+    """Whether output `node` is a view through a permutation of a value the program
+    computes (`v1.permute(3, 1, 0, 2)` of an intermediate): eager's layout of it follows
+    from the value's, which is eager's, and ours from ours, row-major. Such an output
+    is expected in eager's layout even where that is row-major (restride copies it only
+    where ours differs)."""
+    while isinstance(node, torch.fx.Node) and node.op in ("call_method", "call_function"):
+        name = _op_name(node)
+        if name in _PERMUTES:
+            return True
+        if name not in _VIEWS or not node.args:
+            return False
+        node = node.args[0]
+    return False
 
 
 def placed(user: list, first: int) -> dict[int, tuple[int, ...]]:

@@ -182,3 +182,22 @@ def test_a_view_that_cannot_be_read_in_the_copys_coordinates_is_left_alone():
         outs[0].untyped_storage().data_ptr()
     torch.testing.assert_close(outs[2], col, rtol=0, atol=0)
     assert output_layout._moved_view(t.view(torch.int32), t, outs[0]) is None
+
+
+def test_a_permuted_view_of_an_intermediate_has_eagers_row_major_strides():
+    """`v1.permute(...)` of an intermediate in another layout than ours, returned: eager's
+    strides are row-major (they follow v1's layout), ours were the permutation of our
+    row-major v1 (fuzz seed 232323). Outputs that are no such view expect nothing when
+    eager's layout is row-major."""
+    def f(a):
+        v1 = torch.cosh(a.clamp(-5, 5))
+        return v1.permute(3, 1, 0, 2), torch.sigmoid(v1)
+    a = torch.rand(1, 1, 16, 16).permute(3, 1, 0, 2).contiguous().permute(2, 1, 3, 0)
+    f_c, _ = compiled(f)
+    with torch.no_grad():
+        outs, wants = f_c(a), f(a)
+    for got, want in zip(outs, wants):
+        torch.testing.assert_close(got, want)
+        assert _layout(got) == _layout(want), (got.stride(), want.stride())
+    gm = torch.fx.symbolic_trace(lambda x: (x.t() * 2, x * 2))
+    assert output_layout.user_orders(gm) == [None, None]     # no example values: nothing
