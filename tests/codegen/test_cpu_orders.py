@@ -64,13 +64,42 @@ def test_column_sums_with_per_row_vectors_run_in_columns():
 
 
 def test_rows_of_an_unravelled_x_read_with_one_stride():
-    # a [4, 32, 64] input read as 128 rows of 64: the dense version reads in0[x * s + r]
+    # a [4, 32, 64] input read as 128 rows of 64: the dense version reads in0[64 * x + r]
+    # (a static kernel's row stride a constant: GCC sees the access pattern)
     def f(x):
         return torch.softmax(x, -1)
     _, (src,) = kernel_sources(f, torch.randn(4, 32, 64))
     dense = src[src.index("// dense"):].split("} else {")[0]
-    assert "= x * in0_s1;" in dense and "x / " not in dense
+    assert "= 64 * x;" in dense and "x / " not in dense and "in0_s1 == 64" in src
 
+
+
+@pytest.mark.parametrize("shape, view", [
+    ((16384, 4, 4), None), ((64, 32, 4), None),            # rows of 4 (columns order)
+    ((4, 32, 64), None), ((8, 16, 16), None),              # rows order, lanes
+    ((64, 32, 6), (..., slice(0, 4))),                     # rows padded to 6: stride 6
+    ((4, 48, 64), (slice(None), slice(0, 32))),            # rows of another stride above
+    ((32, 4, 16), "t"),                                    # x's digits swapped
+])
+def test_rows_at_a_constant_stride_and_at_others_give_eager_numbers(shape, view):
+    """A static kernel's dense version reads its rows at the expected stride as a
+    constant (`in0[4 * x + r]`); an input whose strides are others (a slice, a
+    transposition) takes the strided version, with the same numbers."""
+    def f(x):
+        v, m = torch.var_mean(x, -1, keepdim=True, correction=0)
+        return (x - m) * torch.rsqrt(v + 1e-5), torch.softmax(x * 2, -1)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*shape, generator=g)
+    if view == "t":
+        x = x.transpose(0, 1)
+    elif view is not None:
+        x = x[view]
+    c = torch.compile(f, backend=fusionstitch.backend(target="cpu"), dynamic=False)
+    for got, want in zip(c(x), f(x)):
+        torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+    contiguous = x.contiguous()
+    for got, want in zip(c(contiguous), f(contiguous)):
+        torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
 
 def test_a_value_and_its_alias_are_stored_once():
     def f(x):

@@ -15,8 +15,10 @@ one host-dependent input, libmvec's vector math (`targets/cpp/vecmath.py`, which
 only on x86-64 with GCC), is switched off while printing: the goldens are the same on
 every machine. Regenerate after an intended change with
     FUSIONSTITCH_UPDATE_GOLDENS=1 pytest tests/codegen/test_golden_sources.py
-(which traces the workloads again: their `.ir` files are rewritten too) and say in the
-commit why the code moved.
+(which traces the workloads again: their `.ir` files are rewritten too, and move with
+the torch version and the partitioner), or `FUSIONSTITCH_UPDATE_GOLDENS=sources` to
+rewrite the sources from the stored `.ir` files only (a code-generation change), and
+say in the commit why the code moved.
 """
 import difflib
 import os
@@ -35,6 +37,7 @@ HERE = os.path.join(os.path.dirname(__file__), "goldens")
 WORKLOADS = ("adam", "softmax_chain", "layernorm_softmax_gelu", "mlp")
 TARGETS = ("cpu", "cuda", "interpret")
 UPDATE = bool(os.environ.get("FUSIONSTITCH_UPDATE_GOLDENS"))
+RETRACE = UPDATE and os.environ.get("FUSIONSTITCH_UPDATE_GOLDENS") != "sources"
 
 
 @pytest.fixture(autouse=True)
@@ -80,7 +83,7 @@ def _capture(name: str) -> str:
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_golden_sources(name):
     ir_path = os.path.join(HERE, f"{name}.ir")
-    if UPDATE:
+    if RETRACE:
         os.makedirs(HERE, exist_ok=True)
         with open(ir_path, "w") as f:
             f.write(_capture(name))
