@@ -81,4 +81,3 @@ def test_a_long_chain_calls_no_helper(numel, vecmath, monkeypatch):
     for o, w in zip(got, want):
         assert o.shape == w.shape and bool(o.isfinite().all()) == bool(w.isfinite().all())
     assert not out_of_line_helpers(), "helpers left out of line (calls in a loop)"
-

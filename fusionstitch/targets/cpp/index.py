@@ -128,20 +128,20 @@ def specialize(e: E.Expr, values: dict[str, int], fixed: dict[str, int] | None =
         mv = lowering_value(m, values)
         if not mv or lowering_value(E.product(sizes[needed[-1] + 1:]), values) != 1:
             continue
-        fixed_m: list[tuple[E.Expr, E.Expr]] = []
         if mv == 1:
             m = E.ONE        # expected contiguous: a run-time check, then unit stride
         elif fixed:
             # a static kernel's row stride as its constant (`x * 4`, not `x * in0_s1`):
             # rows of 4 read as interleaved groups, not gathers (layer norm's var_mean
-            # over [16384, 4, 4]: 1.5x Inductor's time)
-            m = E.rewrite(m, lambda t: _fixed(t, fixed, fixed_m))
+            # over [16384, 4, 4]: 1.5x Inductor's time). The last digit's pair below
+            # (its coefficient, which is m, against this constant) is the run-time check
+            m = E.rewrite(m, lambda t: _fixed(t, fixed, []))
         pairs = [(split[by_k[k][0]][1], E.mul(E.product(sizes[k + 1:]), m)) for k in needed]
         # (a constant stride against a size sym would make the dense version size-specific)
         holds = [lowering_value(c, values) == lowering_value(w, values) and
                  (c == w or not isinstance(c, E.Const)) for c, w in pairs]
         if all(holds):
-            conds += fixed_m + [(c, w) for c, w in pairs if c != w]
+            conds += [(c, w) for c, w in pairs if c != w]
             collapsed[min(v[0] for v in by_k.values())] = base if m == E.ONE else E.mul(base, m)
             done.update(v[0] for v in by_k.values())
             continue
@@ -156,7 +156,7 @@ def specialize(e: E.Expr, values: dict[str, int], fixed: dict[str, int] | None =
             continue
         k0 = needed[run]
         merged = tuple(sizes[:k0]) + (E.product(sizes[k0:]),)
-        conds += fixed_m + [(c, w) for c, w in pairs[run:] if c != w]
+        conds += [(c, w) for c, w in pairs[run:] if c != w]
         first = by_k[k0][0]
         collapsed[first] = E.mul(E.Digit(base, merged, k0), m)
         done.update(by_k[k][0] for k in needed[run:])
