@@ -1,5 +1,5 @@
-"""Row buffers of the cpu target's column order kept in an output (targets/cpp/reduce.py:
-ReduceLoops.output_stash): when a block's row buffers do not fit COLUMN_ROWBUF_BYTES, a
+"""Row buffers of the cpu target's column order kept in an output (targets/cpp/columns.py:
+ColumnOrder.output_stash): when a block's row buffers do not fit COLUMN_ROWBUF_BYTES, a
 value that costs an exp to compute again is stored where a later loop stores the output
 at the same (x, r), read back there, and overwritten. The kernel text with and without
 it, and the kernels against eager."""
@@ -9,14 +9,14 @@ import pytest
 import torch
 
 import fusionstitch
-from fusionstitch.targets.cpp import reduce as cpu_reduce
+from fusionstitch.targets.cpp import columns as cpu_columns
 
 from test_cpu_orders import kernel_sources
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 # rows long enough that a block's buffer of 64 columns exceeds COLUMN_ROWBUF_BYTES
-ROWS = cpu_reduce.COLUMN_ROWBUF_BYTES // (64 * 4) * 2
+ROWS = cpu_columns.COLUMN_ROWBUF_BYTES // (64 * 4) * 2
 
 
 @pytest.fixture(autouse=True)

@@ -180,7 +180,8 @@ from ...codegen.kernel import (
 # the flat loops' thresholds, named here too (cpu.ROW_BLOCK)
 from .flat import (COSTLY_OPS, MIN_COSTLY_ROW, MIN_ROW, OMP_THREADS,  # noqa: F401
                    PARALLEL_GRAIN, ROW_BLOCK, FlatLoops, serial_pragma)
-from .reduce import COLUMN_BLOCK, ReduceLoops
+from .columns import COLUMN_BLOCK
+from .reduce import ReduceLoops
 from .scatter import ScatterLoops
 from .rowbuf import RowPlan
 from .names import Names, literal
@@ -273,7 +274,7 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         # syms printed as compile-time constants: those of constant binding
         self.constants = constant_syms(kernel)
         self.rowplan = RowPlan()                # row buffers of the reduce component printed
-        self.stashes: dict = {}                 # ... kept in outputs (ReduceLoops.output_stash)
+        self.stashes: dict = {}                 # ... kept in outputs (ColumnOrder.output_stash)
         self.parallel_r = False                 # printing the loops of a one-row component
         self.serial = False                     # the component printed runs on one thread
         self.r_inside = False                   # columns: the loop over r inside the lanes'

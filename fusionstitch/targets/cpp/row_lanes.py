@@ -1,6 +1,7 @@
-"""Reductions along a row of known length in accumulator lanes (a mixin of reduce.py's
-printer): each reduction accumulates in ROW_LANES lanes, lane l taking the row's
-elements l, l + ROW_LANES, ..., and the lanes are combined as a tree after the row.
+"""Reductions along a row of known length in accumulator lanes (a mixin of the reduce
+printer: reduce.py, columns.py): each reduction accumulates in ROW_LANES lanes, lane l
+taking the row's elements l, l + ROW_LANES, ..., and the lanes are combined as a tree
+after the row.
 
 GCC ends a `#pragma omp simd reduction` loop by adding its vector's lanes one after
 another in scalar code: 16 dependent adds per row with AVX-512, more than the row's own
@@ -29,7 +30,8 @@ def row_lanes(reduces, rn) -> int:
 
 
 class RowLanes:
-    """The lane accumulators and their tree; mixed into reduce.ReduceLoops."""
+    """The lane accumulators and their tree; mixed into columns.ColumnOrder
+    and, through it, reduce.ReduceLoops."""
 
     def row_lane_accumulators(self, depth: int, reduces, accs, lanes: int) -> dict:
         """Per reduction, an array of `lanes` accumulators (and NaN flags) set to its
