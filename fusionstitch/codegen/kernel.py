@@ -431,6 +431,14 @@ def arithmetic_work(k: Kernel,
     return sum(work_of(c) for c in k.components)
 
 
+def has_effect(s) -> bool:
+    """Whether statement `s` must run even when no statement reads its value: stores,
+    reductions, dots, and index checks (an index out of range raises, as in eager, also
+    where the checked index adds nothing to an address: a gather along a dim of size 1).
+    Every pass or printer that drops unread statements keeps these."""
+    return isinstance(s, (Store, Reduce, Dot)) or isinstance(s, Op) and s.op == "check_index"
+
+
 def varies_with_r(body, sources=("r", "rmask")) -> frozenset[str]:
     """The variables of a loop over r that depend on r (its index, rmask, or such a
     variable); the others are the same for every r of a row (a row's pivot, its mean from

@@ -28,7 +28,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import expr as E
-from .kernel import Component, Constant, Dot, Index, Kernel, Load, Loop, Op, Reduce, Store
+from .kernel import (Component, Constant, Dot, Index, Kernel, Load, Loop, Op, Reduce, Store,
+                     has_effect)
 
 # at most this many intervals per component (a cat of 16 pieces still splits), or up to
 # MAX_MANY_PIECES where the pieces' statements together are at most twice the component's
@@ -312,8 +313,8 @@ def _fold(s: Op, truth: dict[str, bool]):
 
 
 def _dead_code(bodies: list[list]) -> list[list]:
-    """Drop loads, indices, ops and constants nothing reads any more (stores, reductions
-    and dots stay)."""
+    """Drop loads, indices, ops and constants nothing reads any more (what has an effect
+    stays: stores, reductions, dots, index checks; kernel.has_effect)."""
     while True:
         used = set()
         for body in bodies:
@@ -331,7 +332,7 @@ def _dead_code(bodies: list[list]) -> list[list]:
                 if isinstance(s, (Load, Store, Index)):
                     used.update(E.free_vars(s.index))
         kept = [[s for s in body if not isinstance(s, (Load, Index, Op, Constant))
-                 or s.var in used] for body in bodies]
+                 or s.var in used or has_effect(s)] for body in bodies]
         if sum(map(len, kept)) == sum(map(len, bodies)):
             return kept
         bodies = kept

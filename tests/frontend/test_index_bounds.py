@@ -126,3 +126,51 @@ def test_an_index_out_of_range_in_a_vectorised_parallel_loop(name, where):
     with pytest.raises(IndexError, match="index out of range"):
         f(table, bad)
     torch.testing.assert_close(f(table, good), fn(table, good))
+
+
+# An index along a dim of size 1 adds nothing to the address it reads (its term is 0), so
+# no statement reads the checked index: the check must stay anyway. The printer's
+# per-loop liveness (targets/cpp/rowbuf.py) dropped it, and with it the kernel's error
+# cell, which the kernel's last line still named: a compile error, and every group of the
+# graph ran through torch (a MobileViT's bilinear upsampling of a 1x1 map, 103 groups).
+# Flat loops, rows with several loops (row buffers), one row, and the column order.
+_Y = torch.randn(3, 64, generator=torch.Generator().manual_seed(2))
+SIZE_ONE = [
+    ("flat", lambda x, i: x[i] * 2, (1, 8)),
+    ("softmax_rows", lambda x, i: (x[i] * 2).softmax(-1), (1, 8)),
+    ("layer_norm_rows", lambda x, i: F.layer_norm(x[i].exp(), (8,)), (1, 8)),
+    ("one_row", lambda x, i: (x[i] * 2).sum(), (1, 8)),
+    ("columns", lambda x, i: x[:, i].exp().sum(0), (64, 1)),
+    # concatenations split into pieces (codegen/pieces.py, whose dead code went too)
+    ("cat_flat", lambda x, i: torch.cat([x[i].flatten() * 2, _Y.flatten()]).exp(), (1, 64)),
+    ("cat_rows_sum", lambda x, i: torch.cat([x[i] * 2, _Y], 0).sum(0), (1, 64)),
+    ("cat_cols_sum", lambda x, i: torch.cat([x[i] * 2, _Y], 1).exp().sum(0), (1, 64)),
+]
+
+
+@pytest.mark.parametrize("name,fn,shape", SIZE_ONE, ids=[c[0] for c in SIZE_ONE])
+def test_an_index_into_a_dim_of_size_one_is_checked(name, fn, shape):
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3))
+    good, bad = torch.tensor([0, -1, 0]), torch.tensor([0, 1, 0])
+    with pytest.raises(IndexError):      # eager refuses it
+        fn(x, bad)
+    f = _compiled(fn)     # (FUSIONSTITCH_STRICT=1: a kernel that does not compile raises)
+    torch.testing.assert_close(f(x, good), fn(x, good))
+    with pytest.raises(IndexError, match="index out of range: index"):
+        f(x, bad)
+    torch.testing.assert_close(f(x, good), fn(x, good))
+    stats = fusionstitch.stats()
+    assert stats["fallbacks"] == 0 and stats["kernels_launched"] > 0, stats
+
+
+def test_an_upsampling_of_a_one_by_one_map_compiles():
+    """The case found: bilinear interpolation of a 1x1 map, then a normalisation over
+    its channels (the lowering's computed indices are checked, along dims of size 1)."""
+    def fn(x, w, b):
+        up = F.interpolate(x, size=(4, 4), mode="bilinear", align_corners=False)
+        return F.layer_norm(up.permute(0, 2, 3, 1), (32,), w, b).sum(-1)
+    g = torch.Generator().manual_seed(4)
+    args = (torch.randn(2, 32, 1, 1, generator=g), torch.randn(32, generator=g),
+            torch.randn(32, generator=g))
+    torch.testing.assert_close(_compiled(fn)(*args), fn(*args))
+    assert fusionstitch.stats()["fallbacks"] == 0

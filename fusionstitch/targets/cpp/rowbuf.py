@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...codegen import expr as E
-from ...codegen.kernel import Component, Constant, Index, Load, Op, Reduce, Store, varies_with_r
+from ...codegen.kernel import (Component, Constant, Index, Load, Op, Reduce, Store, has_effect,
+                               varies_with_r)
 
 # Ops that cost far more than a load from the row buffer (a libm call or a division).
 EXPENSIVE = frozenset({
@@ -148,18 +149,24 @@ def plan_rows(c: Component, exclude=frozenset()) -> RowPlan:
 
 
 def _live(c: Component, plan: RowPlan) -> None:
-    """plan.live: per loop, the variables it still computes (what its stores and
-    reductions need, and the values it saves, less those it reads back)."""
+    """plan.live: per loop, the variables it still computes (what its statements with
+    an effect need: stores, reductions, index checks (kernel.has_effect), and the values
+    it saves, less those it reads back). An index check of a value an earlier loop
+    checked already (the same key: the same index of the same (x, r)) is not repeated."""
+    checked: set[tuple] = set()
     for j, loop in enumerate(c.loops):
         reused = plan.reuses.get(j, {})
         need = set(plan.saves.get(j, {}))
+        keys = _keys(loop.body)
         for s in reversed(loop.body):
             var = getattr(s, "var", None)
-            if isinstance(s, (Store, Reduce)) or var in need:
+            if has_effect(s) and keys.get(var) not in checked or var in need:
                 if var is not None:
                     need.add(var)
                 if var not in reused:
                     need.update(uses(s))
+        checked |= {keys[s.var] for s in loop.body if isinstance(s, Op)
+                    and s.op == "check_index" and s.var in keys}
         plan.live[j] = need
 
 
