@@ -159,7 +159,13 @@ class Program:
             n = plan.num_kernels
             self.fallback_reasons.append(
                 f"{n} kernel group{'s' * (n != 1)} ({e.cause}): {e}")
-        for k in kernels.values():
+        for gid, k in list(kernels.items()):
+            if isinstance(k, KernelBuildError):     # this group's kernel alone
+                if config.strict():
+                    raise k
+                del kernels[gid]
+                self.fallback_reasons.append(f"kernel group {gid} ({k.cause}): {k}")
+                continue
             k.static = static
         self.kernel_steps = kernels
         # kernel groups without a generated kernel on a target that generates them run
@@ -633,7 +639,8 @@ def compile_kernels(lowered: LoweredPlan, target: Target, slot_of: dict[str, int
                     device: torch.device, mutated: list[tuple[int, int]] = (),
                     sizes: SizeSlots | None = None) -> dict:
     """Generated kernels of the lowered plan's kernel groups, by group id (empty for a
-    target that generates none).
+    target that generates none); a group whose kernel alone could not be built (the
+    others were) maps to its KernelBuildError.
 
     `mutated` (graph output, parameter) pairs: kernels that may store those outputs into
     the parameters' memory are told so before they are compiled (runtime/inplace.py).
@@ -662,10 +669,14 @@ def compile_kernels(lowered: LoweredPlan, target: Target, slot_of: dict[str, int
     lowered = [(g, may_alias(k, into[g.id]) if g.id in into else k) for g, k in lowered]
     runs = target.build([k for _, k in lowered])   # KernelBuildError: see Program
     arity = {n.name: len(n.type.elements) for n in graph.nodes if isinstance(n.type, TupleType)}
-    steps = {g.id: KernelStep(k, run, slot_of, arity, device, sizes)
+    # a kernel that alone failed to build has its KernelBuildError in its place: its
+    # group runs through torch (Program counts it and names the error)
+    steps = {g.id: run if isinstance(run, Exception) else
+             KernelStep(k, run, slot_of, arity, device, sizes)
              for (g, k), run in zip(lowered, runs)}
     for gid, pairs in into.items():
-        steps[gid].write_into({pos: slot_of[name] for pos, name in pairs})
+        if not isinstance(steps[gid], Exception):
+            steps[gid].write_into({pos: slot_of[name] for pos, name in pairs})
     return steps
 
 

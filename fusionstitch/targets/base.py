@@ -151,5 +151,8 @@ class Target:
         one-time set-up that can overlap planning (none by default)."""
 
     def build(self, kernels: list) -> list[Any]:
-        """A callable per kernel (compiled and loaded); raises KernelBuildError."""
+        """A callable per kernel (compiled and loaded), or, in the place of a kernel
+        that alone cannot be built while the others are, its KernelBuildError (that
+        group runs through torch, counted and named); raises KernelBuildError when none
+        can be built."""
         raise NotImplementedError(f"target {self.name!r} builds no kernels")

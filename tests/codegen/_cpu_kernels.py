@@ -3,7 +3,7 @@ a kernel builder, index and component shorthands, compile and launch."""
 import pytest
 import torch
 
-from fusionstitch.targets.cpp import printer as cpu
+from fusionstitch.targets.cpp.library import compile_cpu
 from fusionstitch.codegen import expr as E
 from fusionstitch.codegen.kernel import (Buffer, Component, Index, Kernel, Load, Loop, Op,
                                          Reduce, Store)
@@ -77,7 +77,7 @@ def reduce(xnumel, rnumel, loops, epilogue=()) -> Component:
 
 
 def compile_one(kernel: Kernel):
-    [run] = cpu.compile_cpu([kernel])
+    [run] = compile_cpu([kernel])
     return run
 
 

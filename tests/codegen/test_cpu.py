@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from fusionstitch.targets.cpp import printer as cpu
+from fusionstitch.targets.cpp.library import compile_cpu
 from fusionstitch.targets.cpp import names as cpu_names
 from fusionstitch.codegen import expr as E
 from fusionstitch.codegen.kernel import Constant, Index, Kernel, Load, Op, Reduce, Store
@@ -379,7 +380,7 @@ def test_library_of_many_kernels_with_clashing_names():
     kb1, k1 = row_kernel(a, "sum")
     kb2, k2 = row_kernel(a, "max")
     k2 = Kernel(k1.name, k2.buffers, k2.syms, k2.components, k2.index_dtype)   # same name
-    r1, r2 = cpu.compile_cpu([k1, k2])
+    r1, r2 = compile_cpu([k1, k2])
     assert torch.allclose(launch(r1, kb1, [a], [torch.empty(5)])[0], a.sum(1))
     assert torch.equal(launch(r2, kb2, [a], [torch.empty(5)])[0], a.amax(1))
 
@@ -421,14 +422,14 @@ def test_disk_cache_warm_start(tmp_path, monkeypatch):
     kb, k = _tiny_kernel("cached")
     cpu.clear_memory_cache()
     before = counters.stats()
-    cpu.compile_cpu([k])
+    compile_cpu([k])
     mid = counters.stats()
     assert mid["kernels_compiled"] == before["kernels_compiled"] + 1
     assert len(list((tmp_path / "cpu").glob("*.so"))) == 1
     assert not [p for p in (tmp_path / "cpu").iterdir() if p.suffix not in (".so", ".cpp")]
-    cpu.compile_cpu([k])                                    # in-process table
+    compile_cpu([k])                                    # in-process table
     cpu.clear_memory_cache()
-    [run] = cpu.compile_cpu([k])                            # disk
+    [run] = compile_cpu([k])                            # disk
     after = counters.stats()
     assert after["kernels_compiled"] == mid["kernels_compiled"]
     assert after["cache_hits"] == mid["cache_hits"] + 2
@@ -440,10 +441,10 @@ def test_broken_compiler_raises(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSIONSTITCH_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("FUSIONSTITCH_CXX", "/bin/false")
     with pytest.raises(cpu.CompilerUnavailable, match="false"):
-        cpu.compile_cpu([_tiny_kernel("broken")[1]])
+        compile_cpu([_tiny_kernel("broken")[1]])
     monkeypatch.setenv("FUSIONSTITCH_CXX", str(tmp_path / "no-such-compiler"))
     with pytest.raises(cpu.CompilerUnavailable, match="not available"):
-        cpu.compile_cpu([_tiny_kernel("missing")[1]])
+        compile_cpu([_tiny_kernel("missing")[1]])
 
 
 def test_bad_kernel_raises():
@@ -451,6 +452,6 @@ def test_bad_kernel_raises():
     _kb, k = elementwise_kernel("bad", [torch.zeros(2)], [("f32", [Op("y0", "frobnicate", ("a0",),
                                                                       "f32")])])
     with pytest.raises(cpu.CannotPrint, match="frobnicate") as info:
-        cpu.compile_cpu([k])
+        compile_cpu([k])
     assert not isinstance(info.value, cpu.CompilerUnavailable)
     assert isinstance(info.value, cpu.KernelBuildError)

@@ -184,6 +184,86 @@ def test_strict_raises_when_kernels_cannot_be_built(how, tmp_path, monkeypatch):
             torch.randn(8, 32))
 
 
+# -- one kernel that cannot be built costs only its own group ----------------------------
+def _four_kernel_graph(x):
+    a = torch.softmax(x * 2, -1)
+    b = (x.exp() + 1).sum(0)
+    c = torch.sigmoid(x) @ x.t()         # a GEMM between kernels
+    return a, b, (c * 3).amax(-1), x.tanh().cumsum(0) * 2
+
+
+def _spoiled(cpu, marker: str, how: str):
+    """printer.cpp_source, except for kernels whose source calls `marker`: a source the
+    compiler rejects (`rejects`), or CannotPrint (`cannot_print`)."""
+    real = cpu.cpp_source
+
+    def source(kernel, *a, **k):
+        text = real(kernel, *a, **k)
+        if marker in text:
+            if how == "cannot_print":
+                raise cpu.CannotPrint("cpu backend: unsupported thing")
+            text += "\nthis is not C++;\n"
+        return text
+    return source
+
+
+@needs_gxx
+@pytest.mark.parametrize("how", ["rejects", "cannot_print"])
+def test_one_kernel_that_cannot_be_built_costs_only_its_group(how, monkeypatch, caplog):
+    """The compiler rejecting one kernel of a graph's library (or the printer refusing
+    it): the library is built without it (build.load_parts: halves of the rejected
+    library, recursively), that group alone runs through torch, counted each call and
+    named with its cause; the others are kernels. A MobileViT's graph ran all its 103
+    groups through torch for one kernel's compile error."""
+    from fusionstitch.targets.cpp import printer as cpu
+    x = torch.randn(8, 32)
+    kernels = _run(_four_kernel_graph, x, calls=1)["kernels_launched"]
+    assert kernels >= 2
+    torch._dynamo.reset()
+    fusionstitch.reset_stats()
+    monkeypatch.setattr(cpu, "cpp_source", _spoiled(cpu, "tanh", how))
+    with caplog.at_level(logging.WARNING, logger="fusionstitch"):
+        s = _run(_four_kernel_graph, x, calls=2)
+    assert s["fallbacks"] == 2, s                     # one group, two calls
+    assert s["kernels_launched"] == 2 * (kernels - 1), s      # the others ran
+    [msg] = _warnings(caplog, "run through torch")
+    cause = "rejected the generated source" if how == "rejects" else "printer cannot print"
+    assert "kernel group" in msg and cause in msg, msg
+    if how == "rejects":      # the rejected source is kept, and named
+        kept = msg.split("the source: ")[1].split(")")[0]
+        assert kept.endswith(".failed.cpp") and "this is not C++" in open(kept).read()
+    # FUSIONSTITCH_STRICT=1 raises it
+    monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
+    torch._dynamo.reset()
+    with pytest.raises(cpu.KernelBuildError):
+        torch.compile(_four_kernel_graph, backend=fusionstitch.backend(target="cpu"))(x)
+
+
+def test_rejected_parts_are_found_within_a_budget(monkeypatch):
+    """build.load_parts halves a rejected library until each rejected part stands
+    alone: 2 bad parts of 16 cost a few compiles, not 16; past MAX_PART_BUILDS rejected
+    compiles, what is left unsplit takes the error."""
+    calls = []
+
+    def fake(n, source, libs=()):
+        calls.append(source)
+        if "bad" in source:
+            raise cpu_build.CompileFailed("rejected")
+        return f"lib{len(calls)}"
+
+    monkeypatch.setattr(cpu_build, "load_library", fake)
+    parts = {f"k{i}": ("bad" if i in (3, 12) else "good") for i in range(16)}
+    got = cpu_build.load_parts(parts, " ".join)
+    assert {k for k, v in got.items() if isinstance(v, cpu_build.CompileFailed)} == {"k3", "k12"}
+    assert all(isinstance(v, str) for k, v in got.items() if k not in ("k3", "k12"))
+    assert len(calls) <= 2 * 2 * 4 + 1, len(calls)
+    calls.clear()
+    monkeypatch.setattr(cpu_build, "MAX_PART_BUILDS", 2)
+    got = cpu_build.load_parts(parts, " ".join)
+    assert set(got) == set(parts) and len(calls) <= 3, calls    # each rejected compile counts
+    assert isinstance(got["k3"], cpu_build.CompileFailed)
+
+
 def test_internal_error(monkeypatch, caplog):
     from fusionstitch import compile as driver
 

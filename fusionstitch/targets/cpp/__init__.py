@@ -24,7 +24,7 @@ class CppTarget(Target):
         warm()      # the launch entry points' first build, beside planning
 
     def build(self, kernels: list) -> list:
-        from .printer import compile_cpu
+        from .library import compile_cpu
         return compile_cpu(kernels)
 
     def toolchain(self) -> list[str]:

@@ -151,9 +151,12 @@ def _build(cxx: list[str], source: str, folder: str, key: str, libs: tuple[str, 
             raise CompilerUnavailable(f"C++ compiler {' '.join(cxx)!r} failed to run: {e}") \
                 from None
         if p.returncode != 0 or not os.path.exists(so):
+            # the rejected source stays for reading (a bug report's attachment)
+            kept = os.path.join(folder, key + ".failed.cpp")
+            os.replace(src, kept)
             raise CompileFailed(
-                f"C++ compile failed (exit {p.returncode}): {' '.join(cmd)}\n"
-                f"{_tail(p.stderr or p.stdout)}")
+                f"C++ compile failed (exit {p.returncode}; the source: {kept}): "
+                f"{' '.join(cmd)}\n{_tail(p.stderr or p.stdout)}")
         os.chmod(src, 0o644)
         with open(so, "rb") as f:
             write_atomic(Path(target), seal(key, f.read()))
@@ -222,6 +225,36 @@ def load_library(n_kernels: int, source: str, libs: tuple[str, ...] = (), includ
             counters.bump("kernels_compiled", n_kernels)
         _LOADED[(key, loader)] = lib
         return lib
+
+
+# At most this many compiles look for the parts of a library the compiler rejects
+# (`load_parts`): one bad kernel among n costs about 2 log2(n) of them (14 for 100)
+MAX_PART_BUILDS = 24
+
+
+def load_parts(parts: dict[str, str], assemble: Callable[[list[str]], str],
+               libs: tuple[str, ...] = ()) -> dict[str, ctypes.CDLL | CompileFailed]:
+    """Libraries holding `parts` (name -> the source of one kernel function), one per
+    name: the library of all of them (`assemble` makes one translation unit of a list of
+    parts' sources; load_library), or, when the compiler rejects it, the libraries of its
+    halves, and so on, so that a kernel the compiler rejects costs only itself (its
+    CompileFailed in its place), not every kernel of the graph. After MAX_PART_BUILDS
+    compiles, what is left unsplit takes the error of its last attempt. No compiler at
+    all (CompilerUnavailable) is raised."""
+    budget = [MAX_PART_BUILDS]
+
+    def build(names: list[str]) -> dict:
+        source = assemble([parts[n] for n in names])
+        try:
+            lib = load_library(len(names), source, libs)
+        except CompileFailed as e:
+            budget[0] -= 1
+            if len(names) == 1 or budget[0] <= 0:
+                return dict.fromkeys(names, e)
+            half = len(names) // 2
+            return {**build(names[:half]), **build(names[half:])}
+        return dict.fromkeys(names, lib)
+    return build(list(parts))
 
 
 # The last argument of a kernel that divides integers: where it records a zero divisor.

@@ -1,8 +1,9 @@
-"""The C++ (OpenMP) target: prints a `Kernel` as an extern "C" function and compiles
-all kernels of one graph into one shared library.
+"""The C++ (OpenMP) target: prints a `Kernel` as an extern "C" function; library.py
+compiles all kernels of one graph into one shared library.
 
     cpp_source(kernel)      readable C++ of one kernel (the function only)
-    compile_cpu(kernels)    one g++ run per graph (cached on disk), one callable per kernel
+    library.compile_cpu(kernels)  one g++ run per graph (cached on disk), one callable
+                            per kernel
 
 The helpers every library starts with are `preamble.PREAMBLE`; compiling, the
 disk cache and loading are `build.py`; the loops of flat components `flat.py`,
@@ -141,23 +142,16 @@ in-process table or on disk).
 """
 from __future__ import annotations
 
-import ctypes
-import math
 import re
-from collections.abc import Callable
 
-import torch
-
-from ...runtime.cache import digest
-from . import pyentry, vecmath
+from . import vecmath
 from ...codegen import expr as E
-from .build import (ERROR_ARG, FLAGS, CannotPrint, CompileFailed,  # noqa: F401
-                        CompilerUnavailable, KernelBuildError, clear_memory_cache,
-                        load_library, runner)
+# (the build's errors named here too: cpu.CannotPrint, cpu.KernelBuildError, ...)
+from .build import (ERROR_ARG, CannotPrint, CompileFailed,  # noqa: F401
+                    CompilerUnavailable, KernelBuildError, clear_memory_cache)
 from .refine import refine_digits, refine_plan
 from .index import (expected_values, fixed_strides, merge_digits, merge_plan, rename_expr,
                     specialize, split_rows)
-from .preamble import PREAMBLE
 from .dtypes import (CTYPE, FLOATS, HALVES, INTS, STORAGE, WIDE_UNSIGNED, ctype,
                      reduce_step)
 from ...codegen.kernel import (
@@ -740,53 +734,7 @@ def _function_name(kernel: Kernel) -> str:
 def cpp_source(kernel: Kernel, name: str | None = None) -> str:
     """Readable C++ of one kernel: `extern "C" void fs_<kernel.name>(buffers..., syms...)`.
 
-    The function uses the helpers of `PREAMBLE` (namespace `fs`); `compile_cpu` puts
+    The function uses the helpers of `PREAMBLE` (namespace `fs`); `library.compile_cpu` puts
     them and every distinct kernel into one translation unit.
     """
     return _Printer(kernel, name or _function_name(kernel)).function()
-
-
-def compile_cpu(kernels: list[Kernel]) -> list[Callable[[list[torch.Tensor], list[int]], None]]:
-    """Compile the kernels of one graph into one shared library (cached on disk).
-
-    Kernels with the same source (an unrolled RNN repeats its step's kernels hundreds
-    of times) share one function: the library holds each distinct kernel once, named
-    by the digest of its source. Returns one `run(buffers, syms)` per kernel, in order.
-    Raises a `KernelBuildError` (see the module docstring) when the kernels cannot be
-    printed, compiled or loaded.
-    """
-    kernels = list(kernels)
-    if not kernels:
-        return []
-    unique: dict[str, tuple[Kernel, str]] = {}
-    symbols = []
-    for k in kernels:
-        body = cpp_source(k, "FS_KERNEL_NAME")
-        sym = "fs_" + digest(body)[:20]
-        if sym not in unique:
-            unique[sym] = (k, body.replace("FS_KERNEL_NAME", sym, 1) +
-                           f'\nextern "C" void {sym}_packed(const int64_t* a) '
-                           f'{{ fs::call_packed({sym}, a); }}\n')
-        symbols.append(sym)
-    bodies = [src for _, src in unique.values()]
-    source = "\n".join([PREAMBLE, vecmath.declarations("\n".join(bodies))] + bodies)
-    pyentry.warm()                # (its first build overlaps this one)
-    lib = load_library(len(unique), source, vecmath.link_flags())
-    funcs = {}
-    for sym, (k, src) in unique.items():
-        cfunc = getattr(lib, sym + "_packed")
-        # the address of the argument array travels as an int64 (converting to c_int64
-        # is a little cheaper than to c_void_p; x86-64 and aarch64 pass both alike)
-        cfunc.argtypes = [ctypes.c_int64]
-        cfunc.restype = None
-        funcs[sym] = cfunc, f"int64_t* __restrict__ {ERROR_ARG})" in src
-    # one runner per kernel: kernels of one source may check indices of different ops
-    runs = []
-    for k, sym in zip(kernels, symbols):
-        # large kernels release the GIL while they run (as a ctypes call did)
-        release = max((math.prod(b.shape) for b in k.buffers), default=0) >= PARALLEL_GRAIN
-        run = runner(funcs[sym][0], sym, funcs[sym][1], k.checks, release)
-        run.buffers = len(k.buffers)      # (build.chain: the pointers it takes)
-        run.library = lib
-        runs.append(run)
-    return runs
