@@ -31,7 +31,7 @@ import torch.fx
 
 from ..ir.graph import (CONSTANT, GETITEM, PARAMETER, Graph, Node, Ref, TensorLiteral,
                         TensorType, TupleType, Type, dtype_name)
-from ..ir.ops import infer_type, lookup, op_name, type_of_value
+from ..ir.ops import effect_type, infer_type, lookup, op_name, type_of_value
 
 log = logging.getLogger("fusionstitch.frontend")
 _logged_fallback_ops: set[str] = set()
@@ -172,7 +172,9 @@ def fx_to_ir(gm: torch.fx.GraphModule, specs: list[Any], name: str = "graph",
         val = fx_node.meta.get("val")
         if val is not None and not isinstance(val, (torch.Tensor, tuple, list)):
             raise Unsupported(f"op {op} returns a {type(val).__name__} (data-dependent scalar)")
-        if hints is not None:
+        if val is None and effect_type(op) is not None:
+            t = effect_type(op)       # called for its effect (an assertion): no result
+        elif hints is not None:
             if val is None:
                 raise Unsupported(f"op {op} has no FX shape metadata in a graph of symbolic "
                                   "sizes")

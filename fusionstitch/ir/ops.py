@@ -163,7 +163,9 @@ _LIBRARY = _names("""
     _scaled_dot_product_fused_attention_overrideable_backward.default
     _flash_attention_forward.default _flash_attention_backward.default
     _efficient_attention_forward.default _efficient_attention_backward.default
-""") + _names("prims.device_put.default")   # a copy between devices (frontend/devices.py)
+""") + _names("prims.device_put.default") + _names("""
+    _assert_async.default _assert_async.msg
+""")   # a copy between devices (frontend/devices.py); a check of a tensor's truth (EFFECTS)
 # torch's fused attention kernels (every scaled_dot_product_attention backend, forward and
 # backward) run as library calls, as Inductor keeps them as fallback kernels: their outputs
 # (the logsumexp, the RNG state of dropout) are what their backward reads, so a
@@ -188,6 +190,11 @@ def _seeded(name: str) -> bool:
     return op is None or torch.Tag.nondeterministic_seeded in op.tags
 
 
+# Ops called for their effect alone (no result; their schema returns nothing): a check
+# that raises, as eager's does, when a tensor is false (an MoE router's `torch._assert_async`).
+# Library calls that stand where the graph has them, never dropped, merged or folded
+# (passes/_effects.py); their IR type is the empty tuple (`effect_type`).
+EFFECTS = frozenset(_names("_assert_async.default _assert_async.msg"))
 _RANDOM = frozenset(_names("""
     rand.default randn.default rand_like.default randn_like.default bernoulli.p bernoulli.default
     native_dropout.default randint.low randperm.default
@@ -362,6 +369,18 @@ def call_reference(op: str, args: tuple, kwargs: tuple, env: dict[str, Any]) -> 
 _NUMBERS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
+def effect_type(op: str) -> Type | None:
+    """The IR type of the None an op called for its effect returns (its schema returns
+    nothing: `_assert_async`): the empty tuple; None for any other op."""
+    if op in (PARAMETER, CONSTANT, GETITEM):
+        return None
+    try:
+        returns = resolve_overload(op)._schema.returns
+    except Exception:          # not an aten op
+        return None
+    return TupleType(()) if not returns else None
+
+
 def type_of_value(value: Any, op: str = "?") -> Type:
     """The IR type of a torch result (tensor, or tuple/list of tensors and Nones).
 
@@ -372,6 +391,8 @@ def type_of_value(value: Any, op: str = "?") -> Type:
     if isinstance(value, (tuple, list)):
         return TupleType(tuple(None if v is None or isinstance(v, _NUMBERS)
                                else type_of_value(v, op) for v in value))
+    if value is None and effect_type(op) is not None:
+        return effect_type(op)
     raise TypeError(f"op {op} returned {type(value).__name__}; expected a tensor or a tuple "
                     "of tensors")
 

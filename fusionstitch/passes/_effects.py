@@ -12,7 +12,7 @@ from functools import lru_cache
 import torch
 
 from ..ir.graph import CONSTANT, GETITEM, PARAMETER
-from ..ir.ops import lookup, resolve_overload
+from ..ir.ops import EFFECTS, lookup, resolve_overload
 
 
 @lru_cache(maxsize=None)
@@ -33,7 +33,8 @@ def has_side_effect(op: str) -> bool:
         return False
     d = lookup(op)
     if not d.fallback:
-        return False  # the op table holds functional aten ops only
+        # the op table holds functional aten ops, and checks called for their effect
+        return op in EFFECTS
     schema = resolve_overload(op)._schema
     # No tensor result means it is called for its effect (e.g. _assert_async).
     return schema.is_mutable or not schema.returns

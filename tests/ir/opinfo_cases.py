@@ -748,6 +748,9 @@ for _name in sorted(ATTENTION):
                           "tests/frontend/test_attention.py")
 NOT_COVERED["prims.device_put.default"] = ("LIBRARY op (a copy between devices, run by "
                                           "torch): tests/frontend/test_devices.py")
+for _name in ("_assert_async.default", "_assert_async.msg"):
+    NOT_COVERED[_name] = ("LIBRARY op called for its effect (no result, run by torch): "
+                          "tests/frontend/test_effect_ops.py")
 NOT_COVERED["prims.fma.default"] = ("registered by torch._inductor.inductor_prims; emitted by "
                                     "decompositions, covered by the zoo's adam workload")
 
