@@ -212,6 +212,20 @@ def _mobilenet_v2(T, p, g):
     return T.MobileNetV2ForImageClassification(cfg), inputs, labels
 
 
+def _mobilevit(T, p, g):
+    # convolutions, then attention over unfolded patches, folded back (at 32 pixels its
+    # last stage upsamples a 1x1 map, whose indices along dims of size 1 a kernel once
+    # failed to compile: tests/frontend/test_index_bounds.py)
+    cfg = T.MobileViTConfig(num_channels=3, image_size=p["image"], patch_size=2,
+                            hidden_sizes=[16, 24, 32],
+                            neck_hidden_sizes=[8, 8, 16, 16, 24, 24, 32],
+                            num_attention_heads=2, hidden_dropout_prob=0.0,
+                            attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0,
+                            aspp_dropout_prob=0.0, initializer_range=INIT_RANGE, num_labels=5)
+    inputs, labels = _images(g, p)
+    return T.MobileViTForImageClassification(cfg), inputs, labels
+
+
 def _wav2vec2(T, p, g):
     d = _hidden(p)
     # feat_extract_norm="group": the first feature convolution is followed by a GroupNorm
@@ -241,6 +255,13 @@ _ARCHS: dict[str, Callable] = {
     "gemma": _causal_lm("GemmaForCausalLM", "GemmaConfig",
                         num_key_value_heads=lambda d: d["heads"] // 2,
                         head_dim=lambda d: d["h"] // d["heads"]),
+    # a mixture of experts: a router's top-k, torch._assert_async, index_add and scatter
+    # (the experts run as Hugging Face's loop over experts: the float64 reference has no
+    # grouped GEMM)
+    "mixtral": _causal_lm("MixtralForCausalLM", "MixtralConfig",
+                          num_key_value_heads=lambda d: d["heads"] // 2,
+                          head_dim=lambda d: d["h"] // d["heads"], num_local_experts=4,
+                          num_experts_per_tok=2, experts_implementation="eager"),
     "opt": _opt,
     "bert": _masked_lm("BertForMaskedLM", "BertConfig"),
     "roberta": _masked_lm("RobertaForMaskedLM", "RobertaConfig", pad=1, position_offset=2),
@@ -256,6 +277,7 @@ _ARCHS: dict[str, Callable] = {
     "convnext": _convnext,
     "resnet": _resnet,
     "mobilenet_v2": _mobilenet_v2,
+    "mobilevit": _mobilevit,
     "wav2vec2": _wav2vec2,
 }
 MODELS = tuple(_ARCHS)
@@ -267,7 +289,9 @@ SIZES = {
 }
 # MobileNetV2 divides the image by 32: at 32 pixels its last batch norms, in training,
 # normalise 2 values each (batch 2, 1x1), so eager fp32 itself is 18% off float64
-ARCH_SIZES = {"mobilenet_v2": {"small": dict(batch=4, image=64), "full": dict(image=128)}}
+# (MobileViT too: at 32 pixels, batch 2, eager fp32's gradients are rounding noise)
+ARCH_SIZES = {"mobilenet_v2": {"small": dict(batch=4, image=64), "full": dict(image=128)},
+              "mobilevit": {"small": dict(batch=4, image=64), "full": dict(image=128)}}
 
 
 def _sizes(arch: str) -> dict:

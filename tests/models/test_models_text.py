@@ -21,8 +21,8 @@ transformers = pytest.importorskip("transformers")
 from bench import models as M  # noqa: E402
 from model_judge import SIZE, check_model, selected  # noqa: E402
 
-TEXT = ("gpt2", "llama", "mistral", "qwen2", "gemma", "opt", "bert", "roberta", "distilbert",
-        "albert", "electra", "t5", "bart", "whisper")
+TEXT = ("gpt2", "llama", "mistral", "qwen2", "gemma", "mixtral", "opt", "bert", "roberta",
+        "distilbert", "albert", "electra", "t5", "bart", "whisper")
 
 
 pytestmark = pytest.mark.usefixtures("strict_fresh")   # tests/conftest.py

@@ -16,7 +16,7 @@ if _ROOT not in sys.path:
 transformers = pytest.importorskip("transformers")
 from model_judge import SIZE, check_model, selected  # noqa: E402
 
-VISION = ("vit", "convnext", "resnet", "mobilenet_v2", "wav2vec2")
+VISION = ("vit", "convnext", "resnet", "mobilenet_v2", "mobilevit", "wav2vec2")
 
 
 pytestmark = pytest.mark.usefixtures("strict_fresh")   # tests/conftest.py
