@@ -598,8 +598,8 @@ def lower_group(graph: Graph, names, kernel_name: str,
 def _lower_group(graph: Graph, names, kernel_name: str, schedule: Schedule | None) -> Kernel:
     names = list(names)
     _check_dtypes(graph, names)
-    from .scatter import SCATTER_KERNEL_OPS, lower_scatter
-    if any(graph[n].op in SCATTER_KERNEL_OPS for n in names):
+    from .scatter import is_scatter_kernel, lower_scatter
+    if any(is_scatter_kernel(graph, graph[n]) for n in names):
         if len(names) > 1:
             raise Unsupported("a scatter (data-dependent positions) is a kernel of its own")
         return lower_scatter(graph, names[0], kernel_name)

@@ -30,25 +30,35 @@ from . import expr as E
 from .kernel import Component, Kernel, Store
 from .lower import Lowerer, Scope, Unsupported, compute_dtype, unravel_shape
 
-# ops with a kernel here (`scatter_kernel`), and the other ops of ir/ops.py's SCATTER_OPS
-# stay with torch (scatter.src/value have an elementwise rule in their one-write form)
+# ops with a kernel here (`lower_scatter`), and the other ops of ir/ops.py's SCATTER_OPS
+# stay with torch; scatter.src/value have a kernel here too, except in their one-write
+# form, which has an elementwise rule (lowerings.py) and fuses (`is_scatter_kernel`)
 SCATTER_KERNEL_OPS = frozenset({"index_put.default", "_unsafe_index_put.default",
                                 "index_add.default", "scatter_add.default"})
+_OVERWRITES = frozenset({"scatter.src", "scatter.value"})
 _INDEX_DTYPES = frozenset({"i64", "i32"})
+
+
+def is_scatter_kernel(graph, node) -> bool:
+    """Whether op `node` lowers to a scatter kernel of its own (`lower_scatter`)."""
+    if node.op in SCATTER_KERNEL_OPS:
+        return True
+    from ..ir.ops import one_write_scatter
+    return node.op in _OVERWRITES and not one_write_scatter(graph, node)
 
 
 def lower_scatter(graph, name: str, kernel_name: str) -> Kernel:
     """The two-component Kernel of scatter op %name; raises Unsupported with the reason."""
     from .lowerings import bind
     node = graph[name]
-    if node.op not in SCATTER_KERNEL_OPS:
+    if node.op not in SCATTER_KERNEL_OPS and node.op not in _OVERWRITES:
         raise Unsupported(f"%{name} ({node.op}): no scatter kernel rule")
     t = node.type
     b = bind(node)
     x = b["self"]
     if not isinstance(x, Ref) or t.numel == 0:
         raise Unsupported(f"%{name} ({node.op}): an empty or literal destination")
-    accumulate = bool(b.get("accumulate", True))
+    accumulate = node.op not in _OVERWRITES and bool(b.get("accumulate", True))
     if accumulate and t.dtype == "b8":
         raise Unsupported(f"%{name} ({node.op}): accumulating into booleans")
     L = Lowerer(graph, [name], kernel_name)
@@ -172,5 +182,32 @@ def _scatter_add(L: Lowerer, node, b):
     return tuple(it.shape), where
 
 
+def _scatter(L: Lowerer, node, b):
+    """out[.., index[i, j, ..], ..] = src[i, j, ..] (or the scalar value) along dim: the
+    iteration space is index's; a position written twice keeps the last value in
+    row-major order of index (eager leaves it unspecified)."""
+    src = L.graph[b["self"].name].type.shape
+    d = _dim(node, b["dim"], len(src))
+    it = _index_type(L, node, b["index"])
+    st = _source(L, node, b["src"], "source").shape if node.op == "scatter.src" else None
+    if len(it.shape) != len(src) or st is not None and (len(st) != len(src) or any(
+            i > s for i, s in zip(it.shape, st))) or any(
+            i > s for k, (i, s) in enumerate(zip(it.shape, src)) if k != d):
+        raise Unsupported(f"%{node.name} ({node.op}): index {list(it.shape)} does not fit "
+                          f"source {st and list(st)} and destination {list(src)}")
+    if st is None and not isinstance(b["value"], (int, float, bool)):
+        raise Unsupported(f"%{node.name} ({node.op}) with a value {b['value']!r}")
+    dtype = L.graph[node.name].type.dtype
+
+    def where(idx):
+        k = L.value(b["index"].name, idx)
+        pos = list(idx)
+        pos[d] = E.Value(L.checked_index(k, src[d], f"{node.op}: an index along dim {d}"))
+        v = L.value(b["src"].name, idx) if st is not None else L.const(b["value"], dtype)
+        return tuple(pos), v
+    return tuple(it.shape), where
+
+
 _RULES = {"index_put.default": _index_put, "_unsafe_index_put.default": _index_put,
-          "index_add.default": _index_add, "scatter_add.default": _scatter_add}
+          "index_add.default": _index_add, "scatter_add.default": _scatter_add,
+          "scatter.src": _scatter, "scatter.value": _scatter}

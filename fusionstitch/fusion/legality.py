@@ -38,7 +38,7 @@ from functools import cached_property
 from ..analysis.reach import Reachability
 from ..codegen.lower import Unsupported, lower_group
 from ..codegen.lowerings import SUPPORTED_OPS
-from ..codegen.scatter import SCATTER_KERNEL_OPS
+from ..codegen.scatter import is_scatter_kernel
 from ..config import elide_half_casts
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Node
 from ..ir.ops import (FUSIBLE_DOTS, SCATTER_OPS, SIMPLE_REDUCTIONS, Category, lookup,
@@ -128,7 +128,7 @@ class Legality:
             node = self.graph[name]
             d = fusible(self.graph, node, batched_gemms=self.gemms)
             if d and self.lowering and node.op not in SUPPORTED_OPS \
-                    and node.op not in SCATTER_KERNEL_OPS:
+                    and not is_scatter_kernel(self.graph, node):
                 d = Decision.forbid(f"the {self.target} code generator has no code "
                                     f"generation rule for {node.op}", "op")
             self._ops[name] = d
@@ -175,7 +175,8 @@ class Legality:
         if outside is not None:
             return self.op(outside)
         if len(key) > 1:
-            alone = next((n for n in names if self.graph[n].op in SCATTER_KERNEL_OPS), None)
+            alone = next((n for n in names if is_scatter_kernel(self.graph, self.graph[n])),
+                         None)
             if alone is not None:
                 return Decision.forbid(f"%{alone} ({self.graph[alone].op}) scatters to "
                                        "data-dependent positions: a kernel of its own", "op")
@@ -232,7 +233,7 @@ def fusible(graph: Graph, node: Node, *, batched_gemms: bool = False) -> Decisio
         return Decision.forbid(f"{node.op} draws random numbers; it runs through torch to "
                                "keep eager's RNG stream", "op")
     if node.op in SCATTER_OPS and not one_write_scatter(graph, node) \
-            and node.op not in SCATTER_KERNEL_OPS:   # (those: kernels of their own)
+            and not is_scatter_kernel(graph, node):   # (those: kernels of their own)
         return Decision.forbid(f"{node.op} scatters to data-dependent positions", "op")
     if d.category == Category.DOT:
         if batched_gemms and node.op in FUSIBLE_DOTS and small_gemm(graph, node):

@@ -1,4 +1,4 @@
-"""Scatter kernels (codegen/scatter.py): index_put, index_add and scatter_add run as
+"""Scatter kernels (codegen/scatter.py): index_put, index_add, scatter_add and scatter run as
 generated kernels of their own on the cpu target: a parallel copy, then the stores at
 data-dependent positions in order on one thread. They give eager's numbers for repeated
 and negative indices, every dtype the kernels have, broadcast values and index tensors
@@ -103,6 +103,36 @@ def test_index_add_and_scatter_add(dtype, dim):
     small[dim] = 6
     index = torch.randint(0, n, small, generator=g)
     _check(lambda x, i, s: torch.scatter_add(x, dim, i, s), x, index, src, kernels=1)
+
+
+def _distinct_positions(shape, n, dim, g):
+    """An index of `shape` whose entries along `dim` are distinct and below n in every
+    line: each position is written once (eager leaves repeated writes unspecified)."""
+    lines = torch.stack([torch.randperm(n, generator=g)[:shape[dim]]
+                         for _ in range(max(1, torch.Size(shape).numel() // shape[dim]))])
+    rest = [s for k, s in enumerate(shape) if k != dim % len(shape)]
+    return lines.reshape(*rest, shape[dim]).movedim(-1, dim).contiguous()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_scatter_src_and_value_write_several_per_line(dtype, dim):
+    """scatter(x, dim, index, src | value) writing several elements of a line (an MoE
+    router's backward): a kernel of its own (it ran through torch); the one-write form
+    stays elementwise (test_one_write_scatter.py)."""
+    g = torch.Generator().manual_seed(3)
+    x = _ints_as(dtype, (5, 6, 4), g)
+    small = [3, 4, 3]
+    small[dim] = 3
+    index = _distinct_positions(small, x.shape[dim], dim, g)
+    src = _ints_as(dtype, (4, 5, 4), g)
+    _check(lambda x, i, s: torch.scatter(x, dim, i, s), x, index, src, kernels=1)
+    _check(lambda x, i: torch.scatter(x, dim, i, 7), x, index, kernels=1)
+    # an index out of range raises, naming the op
+    bad = index.clone()
+    bad.view(-1)[1] = x.shape[dim]
+    with pytest.raises(IndexError, match=r"scatter\.src: an index along dim"):
+        _compiled(lambda x, i, s: torch.scatter(x, dim, i, s))(x, bad, src)
 
 
 def test_an_embedding_training_step_runs_no_library_call():

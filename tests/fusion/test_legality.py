@@ -36,7 +36,6 @@ def test_decision_is_truthy_only_when_allowed():
     ("mm", "mm.default", "library"),
     ("rnd", "rand_like.default", "random"),
     ("fft", "_fft_r2c.default", "torch"),
-    ("sc", "scatter.src", "scatter"),      # with repeated positions: no kernel rule
     ("conv", "convolution.default", "library"),
     ("sm", "_softmax.default", "composite"),
 ])
@@ -46,13 +45,14 @@ def test_forbidden_ops_name_the_op(name, op, word):
     assert op in d.reason and word in d.reason
 
 
-def test_a_scatter_with_a_kernel_rule_is_a_kernel_of_its_own():
+@pytest.mark.parametrize("name", ["sa", "sc"])    # (sc: scatter.src writing a line's
+def test_a_scatter_with_a_kernel_rule_is_a_kernel_of_its_own(name):   # every element)
     leg = Legality(OPS, "cpu")
-    assert leg.op("sa") and leg.lowers(["sa"])
-    d = leg.group(["e", "sa"])
+    assert leg.op(name) and leg.lowers([name])
+    d = leg.group(["e", name])
     assert not d and d.rule == "op" and "kernel of its own" in d.reason
     # a target without scatter stores refuses it, naming the reason
-    d = Legality(OPS, "interpret").lowers(["sa"])
+    d = Legality(OPS, "interpret").lowers([name])
     assert not d and "data-dependent positions" in d.reason
 
 
