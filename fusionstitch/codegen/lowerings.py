@@ -124,6 +124,10 @@ _PREDICATES = {"isnan.default": "isnan", "isinf.default": "isinf",
                "logical_not.default": "not"}
 
 
+_CLAMPS = frozenset({"clamp.default", "clamp_min.default", "clamp_max.default", "relu.default",
+                     "hardtanh.default", "clamp.Tensor", "clamp_min.Tensor",
+                     "clamp_max.Tensor"})
+
 # pow with these exponents is exact arithmetic, as in torch's own kernels
 _POW_SPECIAL = {
     1: lambda L, v, t: v,
@@ -212,13 +216,14 @@ def _elementwise(L: Lowerer, node, idx) -> str | None:
     if op == "prims.fma.default":
         x, y, z = (operand(L, v, idx, shape, out) for v in a[:3])
         return L.op("add", (L.op("mul", (x, y), out), z), out)
-    if op in ("clamp.default", "clamp_min.default", "clamp_max.default", "relu.default",
-              "hardtanh.default"):
+    if op in _CLAMPS:
+        # (the Tensor overloads too: torch's vectorised clamp is minimum(maximum(x, lo),
+        # hi), NaN from any of the three)
         b = bind(node)
         v = operand(L, a[0], idx, shape, out)
         lo = 0 if op == "relu.default" else b.get("min")
-        hi = b.get("max") if op != "clamp_min.default" else None
-        if op == "clamp_max.default":
+        hi = b.get("max") if not op.startswith("clamp_min") else None
+        if op.startswith("clamp_max"):
             lo, hi = None, b.get("max")
         if op == "hardtanh.default":   # relu6 (MobileNet): a clamp, NaN kept as clamp keeps it
             lo, hi = b["min_val"], b["max_val"]
@@ -243,6 +248,28 @@ def _elementwise(L: Lowerer, node, idx) -> str | None:
     if op == "silu.default":
         v = operand(L, a[0], idx, shape, out)
         return L.op("mul", (v, L.op("sigmoid", (v,), out)), out)
+    if op == "leaky_relu.default":        # torch's: x > 0 ? x : x * slope
+        v = operand(L, a[0], idx, shape, out)
+        slope = L.const(bind(node)["negative_slope"], out)
+        return L.op("where", (L.op("gt", (v, L.const(0, out)), "b8"), v,
+                              L.op("mul", (v, slope), out)), out)
+    if op == "elu.default":
+        # torch's: x <= 0 ? expm1(x * input_scale) * (alpha * scale) : x * scale
+        b = bind(node)
+        v = operand(L, a[0], idx, shape, out)
+        neg = L.op("mul", (L.op("expm1", (L.op("mul", (v, L.const(b["input_scale"], out)),
+                                                out),), out),
+                           L.const(b["alpha"] * b["scale"], out)), out)
+        return L.op("where", (L.op("le", (v, L.const(0, out)), "b8"), neg,
+                              L.op("mul", (v, L.const(b["scale"], out)), out)), out)
+    if op in ("fmax.default", "fmin.default"):
+        # the larger (smaller) of the two, the other where one is NaN (C's fmax)
+        x, y = operand(L, a[0], idx, shape, out), operand(L, a[1], idx, shape, out)
+        m = L.op("maximum" if op == "fmax.default" else "minimum", (x, y), out)
+        if not out.startswith("f"):
+            return m
+        return L.op("where", (L.op("isnan", (y,), "b8"), x,
+                              L.op("where", (L.op("isnan", (x,), "b8"), y, m), out)), out)
     if op in ("_to_copy.default", "copy.default"):
         src = a[0] if op == "_to_copy.default" else a[1]
         return _converted(L, src, operand(L, src, idx, shape, out), t.dtype)
@@ -336,6 +363,11 @@ def _index_map(L: Lowerer, node, idx, element):
         return a[0].name, None, tuple(res)
     if op in ("t.default", "numpy_T.default"):
         return a[0].name, None, tuple(reversed(idx))
+    if op == "flip.default":               # element n - 1 - i along each flipped dim
+        res = list(idx)
+        for d in {_norm(d, len(out_shape)) for d in a[1]} - {None}:    # (None: 0-d)
+            res[d] = E.add(L.num(out_shape[d] - 1), E.mul(idx[d], L.num(-1)))
+        return a[0].name, None, tuple(res)
     if op == "expand.default":
         src = g[a[0].name].type.shape
         return a[0].name, None, broadcast_index(idx, out_shape, src)
@@ -772,11 +804,12 @@ def _reduce(L: Lowerer, v: str, kind: str, dtype: str) -> str:
 SUPPORTED_OPS = frozenset(
     FUSIBLE_DOTS |
     set(_UNARY) | set(_BINARY) | set(_COMPARE) | set(_LOGICAL) | set(_PREDICATES) | set(_KIND)
-    | {"add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar", "rsub.Scalar",
-       "div.Tensor_mode", "where.self", "prims.fma.default", "clamp.default",
-       "hardtanh.default", "slice_scatter.default", "repeat.default",
+    | _CLAMPS | {"add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar", "rsub.Scalar",
+       "div.Tensor_mode", "where.self", "prims.fma.default", "slice_scatter.default",
+       "repeat.default",
        "scatter.value", "scatter.src",    # the one-write form alone (ir/ops.py)
-       "clamp_min.default", "clamp_max.default", "relu.default", "gelu.default",
+       "gelu.default", "leaky_relu.default", "elu.default", "fmax.default", "fmin.default",
+       "flip.default",
        "silu.default", "_to_copy.default", "clone.default", "alias.default",
        "lift_fresh_copy.default", "detach.default", "_conj.default", "copy.default",
        "full_like.default", "full.default", "fill.Scalar", "scalar_tensor.default",

@@ -141,6 +141,7 @@ UNARY = [
     "torch.square({x}.clamp(-10, 10))", "{x} * 0.5 + 1", "torch.pow({x}.abs() + 1, 1.5)",
     "torch.log2({x}.abs() + 1)", "torch.exp2({x}.clamp(-8, 8))", "F.mish({x})",
     "torch.cosh({x}.clamp(-5, 5))", "F.hardtanh({x})", "torch.lgamma({x}.abs() + 1)",
+    "torch.flip({x}, [-1])",
 ]
 # Binary float functions of {a} and {b} (broadcast).
 BINARY = [
@@ -148,7 +149,8 @@ BINARY = [
     "torch.minimum({a}, {b})", "torch.atan2({a}, {b})", "torch.hypot({a}, {b})",
     "{a} * torch.sigmoid({b})", "torch.lerp({a}, {b}, 0.3)", "torch.addcmul({a}, {a}, {b}, value=0.5)",
     "torch.add({a}, {b}, alpha=2)", "torch.copysign({a}, {b})", "torch.fmax({a}, {b})",
-    "torch.xlogy({a}.abs(), {b}.abs() + 1)",
+    "torch.xlogy({a}.abs(), {b}.abs() + 1)", "torch.fmin({a}, {b})",
+    "torch.clamp({a}, {b} - 1, {b} + 1)",
 ]
 # Discontinuous functions: only of exact values.
 UNARY_EXACT = [
