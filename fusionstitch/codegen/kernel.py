@@ -54,9 +54,10 @@ inside a batch component, b (the program's batch entry) and z (dot stages).
 Elementwise ops (`Op.op`), with their arity:
     1: neg abs exp exp2 log log2 log1p expm1 sqrt rsqrt sin cos tan tanh sigmoid
        erf floor ceil round trunc sign reciprocal not bitwise_not isnan isinf cast
+       asin acos atan sinh cosh asinh acosh atanh erfc log10
     2: add sub mul truediv floordiv remainder fmod pow maximum minimum
        eq ne lt le gt ge and or xor bitwise_and bitwise_or bitwise_xor
-       lshift rshift check_index
+       lshift rshift check_index atan2 hypot copysign
     3: where (cond, a, b)
 `check_index(k, n)` (i64) is k when 0 <= k < n; otherwise the kernel records an index
 error (the runtime raises IndexError after the launch, naming `Kernel.checks`) and the
@@ -80,10 +81,10 @@ from .expr import ONE, Expr, Sym, to_source
 
 UNARY = frozenset("neg abs exp exp2 log log2 log1p expm1 sqrt rsqrt sin cos tan tanh sigmoid "
                   "erf floor ceil round trunc sign reciprocal not bitwise_not isnan isinf "
-                  "cast".split())
+                  "cast asin acos atan sinh cosh asinh acosh atanh erfc log10".split())
 BINARY = frozenset("add sub mul truediv floordiv remainder fmod pow maximum minimum eq ne lt "
                    "le gt ge and or xor bitwise_and bitwise_or bitwise_xor lshift rshift "
-                   "check_index".split())
+                   "check_index atan2 hypot copysign".split())
 TERNARY = frozenset({"where"})
 COMPARISONS = frozenset("eq ne lt le gt ge".split())
 REDUCTIONS = frozenset({"sum", "max", "min", "prod"})
@@ -394,7 +395,7 @@ def hinted_value(e, env=None) -> int:
 TRANSCENDENTAL_OPS = frozenset((
     "exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf",
     "sigmoid", "pow", "atan", "atan2", "asin", "acos", "sinh", "cosh", "asinh", "acosh",
-    "atanh", "erfinv", "lgamma"))
+    "atanh", "erfinv", "lgamma", "erfc", "log10", "hypot"))
 
 
 def arithmetic_work(k: Kernel,

@@ -105,6 +105,10 @@ _UNARY = {
     "ceil.default": "ceil", "round.default": "round", "trunc.default": "trunc",
     "sign.default": "sign", "reciprocal.default": "reciprocal",
     "bitwise_not.default": "bitwise_not",
+    "asin.default": "asin", "acos.default": "acos", "atan.default": "atan",
+    "sinh.default": "sinh", "cosh.default": "cosh", "asinh.default": "asinh",
+    "acosh.default": "acosh", "atanh.default": "atanh", "erfc.default": "erfc",
+    "log10.default": "log10",
 }
 _BINARY = {
     "mul.Tensor": "mul", "mul.Scalar": "mul", "div.Tensor": "truediv",
@@ -115,6 +119,7 @@ _BINARY = {
     "bitwise_and.Tensor": "bitwise_and", "bitwise_and.Scalar": "bitwise_and",
     "bitwise_or.Tensor": "bitwise_or", "bitwise_or.Scalar": "bitwise_or",
     "bitwise_xor.Tensor": "bitwise_xor", "bitwise_xor.Scalar": "bitwise_xor",
+    "atan2.default": "atan2", "hypot.default": "hypot", "copysign.Tensor": "copysign",
 }
 _COMPARE = {f"{c}.{k}": c for c in ("eq", "ne", "lt", "le", "gt", "ge")
             for k in ("Tensor", "Scalar")}

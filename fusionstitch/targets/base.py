@@ -60,6 +60,9 @@ class Target:
     # scatter kernels (codegen/scatter.py: stores at data-dependent positions, in order)
     # print here; elsewhere those ops run through torch
     scatter_kernels: bool = False
+    # kernel ops (codegen/kernel.py) this target's printer has no form for: a kernel
+    # holding one is refused (`can_lower`), and its ops run through torch, counted
+    missing_ops: frozenset = frozenset()
     # every kernel computes an IEEE operation (+ - * / sqrt, comparisons, casts) with the
     # same bits, in vector and scalar code alike (no FMA contraction), and a library
     # function (log1p, sin, ...) with the same bits wherever an element falls in a loop
@@ -122,6 +125,12 @@ class Target:
         if not self.scatter_kernels and any(c.kind == "scatter" for c in kernel.components):
             return (f"the {self.name} code generator has no stores at data-dependent "
                     "positions (scatter kernels)")
+        if self.missing_ops:
+            from ..codegen.kernel import Op, bodies
+            op = next((s.op for c in kernel.components for body in bodies(c) for s in body
+                       if isinstance(s, Op) and s.op in self.missing_ops), None)
+            if op is not None:
+                return f"the {self.name} code generator has no form for {op}"
         return ""
 
     def lower(self, graph, nodes, schedule=None):

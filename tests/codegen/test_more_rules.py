@@ -58,3 +58,80 @@ def test_lowered_like_eager(name, dynamic, target):
         assert _same(got, want), (got, want)
     s = fusionstitch.stats()
     assert s["fallbacks"] == 0 and s["kernels_launched"] >= 1, s
+
+
+# The C library's functions (libmvec's vector variants where it has them: glibc documents
+# them within 4 ulp; eager's are Sleef's, 1 ulp): a value within 5 ulp of eager's (8 allowed),
+# eager's NaNs, infinities and signed zeros exactly
+D = torch.tensor([-1.5, -1.0, -0.5, -1e-30, -0.0, 0.0, 1e-30, 0.5, 0.99, 1.0, 1.5, 3.0, 50.0,
+                  95.0, NAN, INF, -INF])
+LIBM = {
+    "asin": lambda x, y: torch.asin(x), "acos": lambda x, y: torch.acos(x),
+    "atan": lambda x, y: torch.atan(x), "sinh": lambda x, y: torch.sinh(x),
+    "cosh": lambda x, y: torch.cosh(x), "asinh": lambda x, y: torch.asinh(x),
+    "acosh": lambda x, y: torch.acosh(x), "atanh": lambda x, y: torch.atanh(x),
+    "erfc": lambda x, y: torch.erfc(x), "log10": lambda x, y: torch.log10(x),
+    "atan2": lambda x, y: torch.atan2(x, y), "hypot": lambda x, y: torch.hypot(x, y),
+    "copysign": lambda x, y: torch.copysign(x, y),
+    "chain": lambda x, y: torch.atan2(torch.sinh(x * 0.1), torch.hypot(y, x)) + torch.erfc(x),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", sorted(LIBM))
+def test_library_functions_like_eager(name, dtype):
+    fn = LIBM[name]
+    x = D.to(dtype)[:, None].expand(17, 17).contiguous()
+    y = D.to(dtype)[None, :].expand(17, 17).contiguous()
+    got = torch.compile(fn, backend=fusionstitch.backend(target="cpu"))(x, y)
+    want = fn(x, y)
+    assert torch.equal(got.isnan(), want.isnan()), name
+    fin = want.isfinite()
+    assert torch.equal(got[~fin & ~want.isnan()], want[~fin & ~want.isnan()]), name
+    zero = want == 0
+    assert torch.equal(got[zero].signbit(), want[zero].signbit()), name
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(got[fin], want[fin], rtol=8 * eps, atol=0)
+    s = fusionstitch.stats()
+    assert s["fallbacks"] == 0 and s["kernels_launched"] >= 1, s
+
+
+def test_the_interpreter_leaves_them_to_torch_with_the_reason(caplog):
+    pytest.importorskip("triton")
+    import logging
+    fn = lambda x: torch.asin(x * 0.5) + 1       # noqa: E731
+    x = torch.rand(8)
+    with caplog.at_level(logging.WARNING, logger="fusionstitch"):
+        got = torch.compile(fn, backend=fusionstitch.backend(target="interpret"))(x)
+    torch.testing.assert_close(got, fn(x))
+    assert fusionstitch.stats()["fallbacks"] >= 1
+    assert any("no form for asin" in r.getMessage() for r in caplog.records)
+
+
+def test_the_cuda_source_of_the_library_functions_compiles_for_sm90():
+    """(no GPU here: Triton compiles the cuda kernel to a cubin; libdevice's functions)"""
+    pytest.importorskip("triton")
+    from fusionstitch.fusion import make_plan
+    from fusionstitch.fusion.lowered import lower_plan
+    from tests.codegen._sm90 import compile_sm90
+
+    def fn(x, y):
+        return (torch.asin(x * 0.5) + torch.acos(x * 0.5) + torch.atan(x) + torch.sinh(x)
+                + torch.cosh(x) + torch.asinh(x) + torch.acosh(x.abs() + 1)
+                + torch.atanh(x * 0.5) + torch.erfc(x) + torch.log10(x.abs() + 1)
+                + torch.atan2(x, y) + torch.hypot(x, y) + torch.copysign(x, y))
+    compiled = 0
+    rep = fusionstitch.explain(fn, torch.rand(64), torch.rand(64), strategy="none")
+    for g in [g.plan.graph for g in rep.graphs if g.plan is not None]:
+        plan = make_plan(g, "stitch", "cuda")
+        for k in lower_plan(plan, "cuda").kernels.values():
+            src, out = compile_sm90(k)
+            assert "cubin" in out.asm and "libdevice.asin" in src
+            compiled += 1
+    assert compiled == 1
+
+
+def test_the_interpreters_missing_ops_are_the_gpu_forms_it_lacks():
+    from fusionstitch.targets.triton import INTERPRET
+    from fusionstitch.targets.triton.printer import _MATH_GPU, _MATH_INTERPRET
+    assert INTERPRET.missing_ops == set(_MATH_GPU) - set(_MATH_INTERPRET)

@@ -212,7 +212,10 @@ _BAD_INDEX_PRAGMAS = ("#pragma omp simd", "#pragma omp parallel")
 _UNARY_FLOAT = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log1p": "log1p",
                 "expm1": "expm1", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan",
                 "tanh": "tanh", "erf": "erf", "floor": "floor", "ceil": "ceil",
-                "round": "nearbyint", "trunc": "trunc", "abs": "fabs"}
+                "round": "nearbyint", "trunc": "trunc", "abs": "fabs", "asin": "asin",
+                "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh",
+                "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "erfc": "erfc",
+                "log10": "log10"}
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
@@ -705,6 +708,9 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
             return f"{_libm('fmod', dt)}({a}, {b})"
         if op == "pow":
             return f"{_libm('pow', dt)}({a}, {b})" if fl else f"fs::pow_int<{ct}>({a}, {b})"
+        if op in ("atan2", "hypot", "copysign"):
+            self.need_float(op, dt)
+            return f"{_libm(op, dt)}({a}, {b})"
         if op in ("maximum", "minimum"):
             if b8:
                 return f"{a} | {b}" if op == "maximum" else f"{a} & {b}"

@@ -39,8 +39,9 @@ from . import build
 # (not exp: libmvec's expf takes a scalar path for every vector holding an argument
 # below about -88, the masked -inf entries of a softmax: 30 ms against the preamble's
 # branch-free exp_f32 at 4.6 ms for 2M floats in [-200, 0])
-UNARY = ("exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf")
-BINARY = ("pow",)
+UNARY = ("exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh", "erf",
+         "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "log10")
+BINARY = ("pow", "atan2", "hypot")
 # (ISA letter, lanes) of the x86-64 vector function ABI, per C type
 _VARIANTS = {"f32": (("b", 4), ("c", 8), ("d", 8), ("e", 16)),
              "f64": (("b", 2), ("c", 4), ("d", 4), ("e", 8))}

@@ -38,12 +38,19 @@ class TritonTarget(Target):
 
 
 _TRITON = Language("Triton", "py", "#")
+# kernel ops with a GPU form (libdevice) but no formula from tl builtins, which is all the
+# interpreter has (printer.py's _MATH_INTERPRET): kernels holding one are refused there,
+# and the ops run through torch, counted
+_NO_INTERPRET = frozenset("asin acos atan sinh cosh asinh acosh atanh erfc log10 atan2 "
+                          "hypot copysign".split())
 # GEMMs fuse through the printer's dot stages (tl.dot); GPUs have arithmetic to spare,
 # so no recompute limit (not measured yet). The interpreter runs the GPU plan (its cost
 # model) on CPU tensors; its times say nothing of a GPU (not tunable).
 CUDA = TritonTarget("cuda", cost_device=DEVICES["h100-sxm"], device_type="cuda", auto=True,
                     host_twin="interpret", supports_cuda_graphs=True, tunable=True,
                     generates_kernels=True, gemm_fusing=True, language=_TRITON)
+# (the interpreter has no libdevice: the inverse trigonometric and hyperbolic functions,
+# erfc, log10, atan2, hypot and copysign have no form there)
 INTERPRET = TritonTarget("interpret", cost_device=DEVICES["h100-sxm"], device_type="cpu",
                          generates_kernels=True, gemm_fusing=True, language=_TRITON,
-                         interpret=True)
+                         interpret=True, missing_ops=_NO_INTERPRET)

@@ -95,6 +95,11 @@ _MATH_GPU = {
     "trunc": "libdevice.trunc({0})", "round": "libdevice.nearbyint({0})",
     "pow": "libdevice.pow({0}, {1})", "fmod": "libdevice.fmod({0}, {1})",
 }
+# libdevice's functions of the same name (none of them in the interpreter: the interpret
+# target's missing_ops)
+_MATH_GPU.update({op: f"libdevice.{op}({{0}})" for op in
+                  "asin acos atan sinh cosh asinh acosh atanh erfc log10".split()})
+_MATH_GPU.update({op: f"libdevice.{op}({{0}}, {{1}})" for op in ("atan2", "hypot", "copysign")})
 
 
 # tl.sum / tl.max are @triton.jit library functions, which Triton's interpreter cannot call
