@@ -37,9 +37,13 @@ from fusionstitch.ir.graph import (CONSTANT, GETITEM, PARAMETER, Graph, Node, Re
 from fusionstitch.ir.ops import resolve_overload
 from fusionstitch.runtime.cache import digest
 
+_VIEWS = frozenset({"view.default", "_unsafe_view.default"})
+
 # kernel-IR ops that are transcendental functions (a libm / vector-math call each)
 TRANSCENDENTAL = frozenset({"exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos",
-                            "tan", "tanh", "erf", "pow", "sigmoid", "sqrt", "rsqrt"})
+                            "tan", "tanh", "erf", "pow", "sigmoid", "sqrt", "rsqrt", "asin",
+                            "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc",
+                            "log10", "atan2", "hypot"})
 MASKING = frozenset({"where", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not"})
 
 
@@ -214,7 +218,10 @@ def group_fx(graph: Graph, names, kernel) -> torch.fx.GraphModule:
             continue
         args = attr(_fx_value(node.args, env, root, consts))
         kwargs = {k: attr(_fx_value(v, env, root, consts)) for k, v in node.kwargs}
-        env[name] = fx.call_function(resolve_overload(node.op), tuple(args), kwargs)
+        # a view of the IR may read a value whose layout here is not the graph's (a
+        # permuted input): as the runtime does (program._RESHAPING), a reshape
+        fn = torch.ops.aten.reshape.default if node.op in _VIEWS else resolve_overload(node.op)
+        env[name] = fx.call_function(fn, tuple(args), kwargs)
     outs = []
     for b in kernel.outputs:
         v = env[b.value]

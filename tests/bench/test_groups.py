@@ -65,6 +65,28 @@ def test_capture_rebuilds_each_group_as_fx_and_ir():
         assert "fs_kernel" in c.cpp and c.schedule and c.cls == kernel_class(c.step.kernel)
 
 
+def test_groups_reading_permuted_values_replay_through_torch():
+    """A group whose IR views a value the runtime holds in another layout (MobileViT's
+    layer norms over unfolded patches) replays in torch as the runtime runs it, with
+    reshapes: it raised `view size is not compatible` for 3 of mobilevit_infer's 54
+    groups, which the A/B then could not time."""
+    pytest.importorskip("transformers")
+    from bench import models as M
+    inst = M.make("mobilevit_infer", "small")
+    sink: list = []
+    compiled = torch.compile(inst.fn, backend=fusionstitch.backend(target="cpu", _sink=sink))
+
+    def step():
+        with torch.no_grad():
+            compiled(*inst.args)
+    step()
+    cases = capture(step, sink, "models:mobilevit_infer", target="cpu")
+    assert len(cases) > 20
+    for c in cases:
+        with torch.no_grad():
+            c.gm(*c.inputs)
+
+
 def test_identical_groups_are_captured_once():
     def fn(x):
         for _ in range(4):
