@@ -51,7 +51,7 @@ def lower_scatter(graph, name: str, kernel_name: str) -> Kernel:
     """The two-component Kernel of scatter op %name; raises Unsupported with the reason."""
     from .lowerings import bind
     node = graph[name]
-    if node.op not in SCATTER_KERNEL_OPS and node.op not in _OVERWRITES:
+    if node.op not in _RULES:
         raise Unsupported(f"%{name} ({node.op}): no scatter kernel rule")
     t = node.type
     b = bind(node)
@@ -162,39 +162,21 @@ def _index_add(L: Lowerer, node, b):
     return tuple(st.shape), where
 
 
-def _scatter_add(L: Lowerer, node, b):
-    """out[.., index[i, j, ..], ..] += src[i, j, ..] along dim: the iteration space is index's."""
-    src = L.graph[b["self"].name].type.shape
-    d = _dim(node, b["dim"], len(src))
-    it = _index_type(L, node, b["index"])
-    st = _source(L, node, b["src"], "source")
-    if len(it.shape) != len(src) or len(st.shape) != len(src) or any(
-            i > s for i, s in zip(it.shape, st.shape)) or any(
-            i > s for k, (i, s) in enumerate(zip(it.shape, src)) if k != d):
-        raise Unsupported(f"%{node.name} ({node.op}): index {list(it.shape)} does not fit "
-                          f"source {list(st.shape)} and destination {list(src)}")
-
-    def where(idx):
-        k = L.value(b["index"].name, idx)
-        pos = list(idx)
-        pos[d] = E.Value(L.checked_index(k, src[d], f"{node.op}: an index along dim {d}"))
-        return tuple(pos), L.value(b["src"].name, idx)
-    return tuple(it.shape), where
-
-
 def _scatter(L: Lowerer, node, b):
-    """out[.., index[i, j, ..], ..] = src[i, j, ..] (or the scalar value) along dim: the
-    iteration space is index's; a position written twice keeps the last value in
-    row-major order of index (eager leaves it unspecified)."""
+    """out[.., index[i, j, ..], ..] (+)= src[i, j, ..] (or the scalar value of
+    scatter.value) along dim: the iteration space is index's; scatter.src/value keep, at a
+    position written twice, the last value in row-major order of index (eager leaves it
+    unspecified), scatter_add adds."""
     src = L.graph[b["self"].name].type.shape
     d = _dim(node, b["dim"], len(src))
     it = _index_type(L, node, b["index"])
-    st = _source(L, node, b["src"], "source").shape if node.op == "scatter.src" else None
+    st = _source(L, node, b["src"], "source").shape if node.op != "scatter.value" else None
     if len(it.shape) != len(src) or st is not None and (len(st) != len(src) or any(
             i > s for i, s in zip(it.shape, st))) or any(
             i > s for k, (i, s) in enumerate(zip(it.shape, src)) if k != d):
         raise Unsupported(f"%{node.name} ({node.op}): index {list(it.shape)} does not fit "
-                          f"source {st and list(st)} and destination {list(src)}")
+                          f"source {list(st) if st is not None else None} and destination "
+                          f"{list(src)}")
     if st is None and not isinstance(b["value"], (int, float, bool)):
         raise Unsupported(f"%{node.name} ({node.op}) with a value {b['value']!r}")
     dtype = L.graph[node.name].type.dtype
@@ -209,5 +191,5 @@ def _scatter(L: Lowerer, node, b):
 
 
 _RULES = {"index_put.default": _index_put, "_unsafe_index_put.default": _index_put,
-          "index_add.default": _index_add, "scatter_add.default": _scatter_add,
+          "index_add.default": _index_add, "scatter_add.default": _scatter,
           "scatter.src": _scatter, "scatter.value": _scatter}

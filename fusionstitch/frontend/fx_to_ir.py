@@ -172,8 +172,9 @@ def fx_to_ir(gm: torch.fx.GraphModule, specs: list[Any], name: str = "graph",
         val = fx_node.meta.get("val")
         if val is not None and not isinstance(val, (torch.Tensor, tuple, list)):
             raise Unsupported(f"op {op} returns a {type(val).__name__} (data-dependent scalar)")
-        if val is None and effect_type(op) is not None:
-            t = effect_type(op)       # called for its effect (an assertion): no result
+        effect = effect_type(op) if val is None else None
+        if effect is not None:
+            t = effect                # called for its effect (an assertion): no result
         elif hints is not None:
             if val is None:
                 raise Unsupported(f"op {op} has no FX shape metadata in a graph of symbolic "

@@ -391,8 +391,9 @@ def type_of_value(value: Any, op: str = "?") -> Type:
     if isinstance(value, (tuple, list)):
         return TupleType(tuple(None if v is None or isinstance(v, _NUMBERS)
                                else type_of_value(v, op) for v in value))
-    if value is None and effect_type(op) is not None:
-        return effect_type(op)
+    effect = effect_type(op) if value is None else None
+    if effect is not None:
+        return effect
     raise TypeError(f"op {op} returned {type(value).__name__}; expected a tensor or a tuple "
                     "of tensors")
 

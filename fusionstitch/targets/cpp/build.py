@@ -241,15 +241,16 @@ def load_parts(parts: dict[str, str], assemble: Callable[[list[str]], str],
     CompileFailed in its place), not every kernel of the graph. After MAX_PART_BUILDS
     compiles, what is left unsplit takes the error of its last attempt. No compiler at
     all (CompilerUnavailable) is raised."""
-    budget = [MAX_PART_BUILDS]
+    budget = MAX_PART_BUILDS
 
     def build(names: list[str]) -> dict:
+        nonlocal budget
         source = assemble([parts[n] for n in names])
         try:
             lib = load_library(len(names), source, libs)
         except CompileFailed as e:
-            budget[0] -= 1
-            if len(names) == 1 or budget[0] <= 0:
+            budget -= 1
+            if len(names) == 1 or budget <= 0:
                 return dict.fromkeys(names, e)
             half = len(names) // 2
             return {**build(names[:half]), **build(names[half:])}
