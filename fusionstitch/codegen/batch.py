@@ -277,7 +277,7 @@ def _dot_stage(L: Lowerer, name: str, stored: set) -> Component:
 
 
 def _reduce_stage(L: Lowerer, name: str, stored: set) -> Component:
-    from .lowerings import reduction_loop_bodies
+    from .reductions import reduction_loop_bodies
     node = L.graph[name]
     shape, dims = reduced_dims(L.graph, node)
     kept = [d for d in range(len(shape)) if d not in dims]

@@ -398,7 +398,7 @@ EMPTY_LOOP = ("%{n} ({op}) has one element, stored by the first of the {loop}, a
 
 
 def _lower_reduce(L: Lowerer, names: list[str], space) -> Component:
-    from .lowerings import reduction_loop_bodies
+    from .reductions import reduction_loop_bodies
     graph = L.graph
     reductions = [n for n in names if graph[n].op in SIMPLE_REDUCTIONS]
     levels = _levels(L, reductions)
@@ -621,7 +621,7 @@ def _lower_group(graph: Graph, names, kernel_name: str, schedule: Schedule | Non
         if space.kind == "flat":
             comps.append(_lower_flat(L, comp, space.numel))
         elif space.kind in ("row", "column", "general"):
-            from .lowerings import reduction_layout
+            from .reductions import reduction_layout
             L.canonical = reduction_layout(L, comp)
             comps.append(_lower_reduce(L, comp, space))
         elif space.kind == "batch":

@@ -466,7 +466,7 @@ def test_contiguous_rows_of_9_to_16_run_in_blocks_simd_along_r(fn, dtype):
          "amax_sub": lambda x: torch.exp(x - x.amax(-1, keepdim=True)),
          "int_sum": lambda x: (x * 3).sum(-1)}[fn]
     # var_mean's mean is torch.mean's (inf, not eager var_mean's NaN, for a row with one
-    # inf: lowerings._variance_passes)
+    # inf: reductions._variance_passes)
     ref = (lambda x: (torch.var(x, -1), x.mean(-1))) if fn == "var_mean" else f
 
     def make(*shape):

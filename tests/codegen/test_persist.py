@@ -92,7 +92,7 @@ def test_source_has_both_variants_and_the_persistent_one_has_no_r_loop():
         assert "PERSISTENT0: tl.constexpr" in src
         persistent, looped = _branches(src)
         # the row is loaded once; besides it, each loop reads the variance's pivot, the row's
-        # first element (lowerings._variance_passes), with an index that has no r
+        # first element (reductions._variance_passes), with an index that has no r
         row_loads = [ln for ln in persistent.splitlines() if "tl.load(" in ln and "r *" in ln]
         assert "for roffset" not in persistent and len(row_loads) == 1
         assert looped.count("for roffset") == len(k.components[0].loops)

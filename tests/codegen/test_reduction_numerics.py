@@ -1,5 +1,5 @@
 """Numerics of sums and normalisation statistics, forward and backward, on the cpu and
-interpret targets: the variance's shifted two-pass scheme (lowerings._variance_passes),
+interpret targets: the variance's shifted two-pass scheme (reductions._variance_passes),
 the cpu target's blocked float/double sums (cpu_reduce.SUM_BLOCK) and Triton's lane-wise
 sums with their tree and split combines.
 

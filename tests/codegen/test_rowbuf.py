@@ -71,7 +71,7 @@ def test_flat_and_single_loop_components_have_no_plan():
 
 
 def test_work_that_does_not_vary_with_r_is_not_kept():
-    # the variance's d = x - pivot (lowerings._variance_passes): the pivot (the row's first
+    # the variance's d = x - pivot (reductions._variance_passes): the pivot (the row's first
     # element, with its isinf check) is computed once per x, so d is one op on a load and
     # the second loop recomputes it instead of storing and reading a row buffer
     first = X * E.Sym("n", 8)
