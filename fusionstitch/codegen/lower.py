@@ -167,6 +167,15 @@ class Lowerer:
         self.scratch.append(buf)
         return buf
 
+    def snapshot(self) -> dict:
+        """Everything lowering a component may change, to try one and take it back."""
+        return {k: v.copy() if isinstance(v, (dict, list, set)) else v
+                for k, v in vars(self).items()}
+
+    def restore(self, state: dict) -> None:
+        vars(self).update({k: v.copy() if isinstance(v, (dict, list, set)) else v
+                           for k, v in state.items()})
+
     # -- statements ------------------------------------------------------------------
     def emit(self, stmt, key=None) -> str:
         if key is not None:
@@ -329,31 +338,61 @@ def tensor_parts(L: Lowerer, name: str):
     return [(None, t)]
 
 
-def _store(L: Lowerer, name: str, element, t: TensorType, idx) -> None:
+def _store(L: Lowerer, name: str, element, t: TensorType, idx, var: str | None = None) -> None:
     buf = L.output_buffer(name, element, t)
-    var = L.value(name, idx, element)
+    var = L.value(name, idx, element) if var is None else var
     var = L.op("cast", (var,), t.dtype) if L.dtype_of[var] != t.dtype else var
     offset = E.add(*(E.mul(i, s) for i, s in zip(idx, buf.strides)))
     L.scope.stmts.append(Store(buf.name, offset, var, L.mask))
 
 
 def _lower_flat(L: Lowerer, names: list[str], numel: int) -> Component:
+    """A flat component; outputs that are layout copies of one value (layout_copies.py)
+    are stored from one computation of it, in the order of the leader that moves the
+    fewest cache lines."""
+    from .layout_copies import access_cost, copy_classes
+    parts = [(name, element, t) for name in names if name in L.escaping
+             for element, t in tensor_parts(L, name)]
+    classes = copy_classes(L, parts, numel)
+    leaders = {c: c.members[0] for c in classes}
+    for c in classes:
+        if len(c.members) < 2:
+            continue
+        tried = []
+        for leader in c.members:
+            state = L.snapshot()
+            comp = _flat_component(L, parts, numel, {**leaders, c: leader})
+            tried.append((access_cost(L, comp, hint(numel)), len(tried), leader))
+            L.restore(state)
+        leaders[c] = min(tried)[2]
+    return _flat_component(L, parts, numel, leaders)
+
+
+def _flat_component(L: Lowerer, parts, numel: int, leaders: dict) -> Component:
+    from .layout_copies import copy_index, root_index
     L.scope = Scope()
     L.mask = "xmask"
     x = E.Var("x")
-    for name in names:
-        if name not in L.escaping:
+    of = {m: c for c in leaders for m in c.members}
+    root_at: dict = {}      # class -> (the root's index, its value there)
+    for name, element, t in parts:
+        if t.numel == 0:            # nothing to store, but a reader needs the empty tensor
+            L.output_buffer(name, element, t)
             continue
-        for element, t in tensor_parts(L, name):
-            if t.numel == 0:        # nothing to store, but a reader needs the empty tensor
-                L.output_buffer(name, element, t)
-                continue
-            idx = unravel_shape(L, x, t.shape)
-            cond = None
-            if t.numel < numel:
-                cond = L.op("lt", (L.index(x), L.index(L.size(t.numel))), "b8")
-            with L.masked(cond):
-                _store(L, name, element, t, idx)
+        c = of.get(name) if element is None else None
+        if c is not None:
+            if c not in root_at:
+                at = root_index(L, leaders[c], unravel_shape(L, x, L.graph[leaders[c]].type.shape))
+                root_at[c] = at, L.value(c.root, at)
+            at, var = root_at[c]
+            _store(L, name, element, t, copy_index(L, name, at), var)
+            continue
+        idx = unravel_shape(L, x, t.shape)
+        cond = None
+        if t.numel < numel:
+            cond = L.op("lt", (L.index(x), L.index(L.size(t.numel))), "b8")
+        with L.masked(cond):
+            _store(L, name, element, t, idx)
     return Component("flat", L.size(numel), E.ONE, (), tuple(L.scope.stmts))
 
 

@@ -297,7 +297,7 @@ def _elementwise(L: Lowerer, node, idx) -> str | None:
 
 
 # -- index maps ------------------------------------------------------------------------
-def _view_index(L: Lowerer, idx, out_shape, in_shape):
+def view_index(L: Lowerer, idx, out_shape, in_shape):
     """Index into the source of a reshape: ravel over the view, unravel over the source.
 
     Dims are matched in groups of equal products so that untouched dims keep their
@@ -337,13 +337,13 @@ def _strip_pair(index, sizes):
     return tuple(index[k] for k in keep), tuple(sizes[k] for k in keep)
 
 
-def _norm(d: int, rank: int) -> int | None:
+def norm_dim(d: int, rank: int) -> int | None:
     """Dim `d` of a tensor of rank `rank`, non-negative; None for a 0-d tensor, which aten
     treats as one element along dim 0 or -1 (an index into its empty index is an error)."""
     return d % rank if rank else None
 
 
-def _index_map(L: Lowerer, node, idx, element):
+def index_map(L: Lowerer, node, idx, element):
     """(source ref, source element, source index), or a computed var, or None."""
     op = node.op
     g = L.graph
@@ -351,9 +351,9 @@ def _index_map(L: Lowerer, node, idx, element):
     out_shape = node.type.shape if isinstance(node.type, TensorType) else None
     if op in ("view.default", "_unsafe_view.default", "reshape.default"):
         src = g[a[0].name].type
-        return a[0].name, None, _view_index(L, idx, out_shape, src.shape)
+        return a[0].name, None, view_index(L, idx, out_shape, src.shape)
     if op == "permute.default":
-        dims = [_norm(d, len(out_shape)) for d in a[1]]
+        dims = [norm_dim(d, len(out_shape)) for d in a[1]]
         res = [E.ZERO] * len(dims)
         for k, d in enumerate(dims):
             res[d] = idx[k]
@@ -362,7 +362,7 @@ def _index_map(L: Lowerer, node, idx, element):
         r = len(out_shape)
         if r == 0:
             return a[0].name, None, idx
-        d0, d1 = _norm(a[1], r), _norm(a[2], r)
+        d0, d1 = norm_dim(a[1], r), norm_dim(a[2], r)
         res = list(idx)
         res[d0], res[d1] = idx[d1], idx[d0]
         return a[0].name, None, tuple(res)
@@ -370,22 +370,22 @@ def _index_map(L: Lowerer, node, idx, element):
         return a[0].name, None, tuple(reversed(idx))
     if op == "flip.default":               # element n - 1 - i along each flipped dim
         res = list(idx)
-        for d in {_norm(d, len(out_shape)) for d in a[1]} - {None}:    # (None: 0-d)
+        for d in {norm_dim(d, len(out_shape)) for d in a[1]} - {None}:    # (None: 0-d)
             res[d] = E.add(L.num(out_shape[d] - 1), E.mul(idx[d], L.num(-1)))
         return a[0].name, None, tuple(res)
     if op == "expand.default":
         src = g[a[0].name].type.shape
         return a[0].name, None, broadcast_index(idx, out_shape, src)
     if op == "unsqueeze.default":
-        d = _norm(a[1], len(out_shape))
+        d = norm_dim(a[1], len(out_shape))
         return a[0].name, None, tuple(idx[:d]) + tuple(idx[d + 1:])
     if op in ("squeeze.dim", "squeeze.dims", "squeeze.default"):
         src = g[a[0].name].type.shape
-        return a[0].name, None, _view_index(L, idx, out_shape, src)
+        return a[0].name, None, view_index(L, idx, out_shape, src)
     if op == "slice.Tensor":
         b = bind(node)
         src = g[a[0].name].type.shape
-        d = _norm(b["dim"], len(src))
+        d = norm_dim(b["dim"], len(src))
         if d is None:
             raise Unsupported(f"%{node.name}: slice of a 0-d tensor")
         start = b["start"] or 0
@@ -398,7 +398,7 @@ def _index_map(L: Lowerer, node, idx, element):
         return a[0].name, None, tuple(res)
     if op == "select.int":
         src = g[a[0].name].type.shape
-        d = _norm(a[1], len(src))
+        d = norm_dim(a[1], len(src))
         if d is None:
             raise Unsupported(f"%{node.name}: select of a 0-d tensor")
         i = a[2] + src[d] if a[2] < 0 else a[2]
@@ -435,7 +435,7 @@ def _index_map(L: Lowerer, node, idx, element):
     if op == "gather.default":
         b = bind(node)
         src = g[b["self"].name].type.shape
-        d = _norm(b["dim"], len(src))
+        d = norm_dim(b["dim"], len(src))
         if d is None:       # a 0-d source: its one element (index 0 is the only valid one)
             return b["self"].name, None, ()
         k = L.value(b["index"].name, idx)
@@ -445,7 +445,7 @@ def _index_map(L: Lowerer, node, idx, element):
     if op == "index_select.default":
         b = bind(node)
         src = g[b["self"].name].type.shape
-        d = _norm(b["dim"], len(src))
+        d = norm_dim(b["dim"], len(src))
         if d is None:       # a 0-d source: its one element (index 0 is the only valid one)
             return b["self"].name, None, ()
         k = L.value(b["index"].name, (idx[d],))
@@ -535,7 +535,7 @@ def _split_item(L: Lowerer, src_node, i: int, idx):
     b = bind(src_node)
     x = b["self"]
     shape = L.graph[x.name].type.shape
-    d = _norm(b["dim"], len(shape))
+    d = norm_dim(b["dim"], len(shape))
     if d is None:
         raise Unsupported(f"%{src_node.name}: split of a 0-d tensor")
     if src_node.op == "split.Tensor":
@@ -554,7 +554,7 @@ def _cat(L: Lowerer, node, idx):
     tensors = [t for t in b["tensors"] if L.graph[t.name].type.numel or
                len(L.graph[t.name].type.shape) != 1]
     out_t = node.type
-    d = _norm(b["dim"], len(out_t.shape))
+    d = norm_dim(b["dim"], len(out_t.shape))
     if d is None:
         raise Unsupported(f"%{node.name}: cat of 0-d tensors")
     out = compute_dtype(out_t.dtype)
@@ -594,7 +594,7 @@ def _slice_scatter(L: Lowerer, node, idx):
     embeddings' halves): src's element where the slice reads, x's elsewhere."""
     b = bind(node)
     shape = node.type.shape
-    d = _norm(b["dim"], len(shape))
+    d = norm_dim(b["dim"], len(shape))
     start, end, step = _slice_bounds(shape[d], b["start"], b["end"], b["step"])
     count = L.graph[b["src"].name].type.shape[d]
     out = compute_dtype(node.type.dtype)
@@ -653,7 +653,7 @@ def _pad(L: Lowerer, node, idx):
 def lower_node(L: Lowerer, node, idx, element) -> str:
     if element is not None and node.op != GETITEM:
         raise Unsupported(f"%{node.name} ({node.op}): multi-result op")
-    mapped = _index_map(L, node, idx, element)
+    mapped = index_map(L, node, idx, element)
     if mapped is not None:
         if isinstance(mapped, str):
             return mapped
