@@ -13,6 +13,7 @@ from .dce import dce
 from .gemm_accumulate import accumulate_products
 from .distinct_outputs import keep_apart
 from .matvec import decompose_matvec
+from .read_copies import read_channels_last_copies
 from .simplify import fold_views
 from .view_hoist import hoist_views
 
@@ -43,6 +44,9 @@ PIPELINE: tuple[tuple[str, Pass, str], ...] = (
      "after fold_views, which would cancel its permute pairs, and after CSE, so that "
      "twin convolutions are one; target-gated (Target.conv_layout: cpu runs convolutions "
      "channels-last)"),
+    ("read_copies", read_channels_last_copies,
+     "right after conv_layout, whose NHWC copies it has the other readers of a value read; "
+     "target-gated as conv_layout is"),
     ("gemm_accumulate", accumulate_products,
      "after CSE, so that a product has its true readers, and after conv_layout, whose "
      "GEMMs may be addends: a sum of products becomes addmms that add into it"),

@@ -1,0 +1,99 @@
+"""A value that the graph also copies channels-last is read from that copy.
+
+conv_layout gives each convolution (and each 1x1 convolution run as a GEMM) over a value
+V its own NHWC copy, `clone(permute(V, NHWC))`, which the kernel computing V stores
+beside V. When V has other readers (a residual add, a pooling, a second convolution
+left NCHW), the kernel stores V twice: NHWC for the convolution and NCHW for them, the
+second a pass over memory whose stores cross the grain of the loop
+(codegen/layout_copies.py computes V once for both). Inductor stores such a V once,
+channels-last, and its readers read that.
+
+So V's other readers read `permute(copy, NCHW)` instead: the same values, a view of the
+copy (no new kernel: readers read their inputs through strides). The permute and the copy
+move up to right after V (they read nothing else), so that every reader comes after them.
+V is then read by its copy alone, and the planner computes it inside the copy's kernel
+without storing it.
+
+Only where it pays and is safe: V is a 4-D value computed in the graph (not a parameter,
+a constant or a view), not a graph output (whose layout the caller or the backward sees),
+and its copy is row-major (`clone` of the NHWC permute); runs after conv_layout, only
+where the target runs convolutions channels-last.
+"""
+from __future__ import annotations
+
+from ..ir.graph import CONSTANT, PARAMETER, Graph, Node, Ref, TensorType, fresh_name, map_refs
+from ..ir.ops import lookup
+
+PERMUTE = "permute.default"
+CLONE = "clone.default"
+TO_NHWC = (0, 2, 3, 1)
+TO_NCHW = (0, 3, 1, 2)
+
+
+def read_channels_last_copies(g: Graph, target=None,
+                              free_outputs: frozenset[int] = frozenset()) -> Graph:
+    """`g` with the readers of each value that has an NHWC copy reading the copy (module
+    docstring); `g` itself where there is none or the target keeps NCHW."""
+    if getattr(target, "conv_layout", None) != "channels_last":
+        return g
+    readers: dict[str, list[str]] = {}
+    for n in g.nodes:
+        for i in n.inputs:
+            readers.setdefault(i, []).append(n.name)
+    by_name = {n.name: n for n in g.nodes}
+    outputs = {o.name for o in g.outputs if isinstance(o, Ref)}
+    copies: dict[str, tuple[Node, Node]] = {}     # V -> (its NHWC permute, the copy)
+    for n in g.nodes:
+        if n.op != CLONE or len(n.args) != 1 or not isinstance(n.args[0], Ref):
+            continue
+        if dict(n.kwargs).get("memory_format", None) not in (None, _contiguous()):
+            continue
+        p = by_name[n.args[0].name]
+        if p.op != PERMUTE or tuple(p.args[1]) != TO_NHWC or readers.get(p.name) != [n.name]:
+            continue
+        v = by_name.get(p.args[0].name) if isinstance(p.args[0], Ref) else None
+        if v is None or v.name in copies or not _copyable(v, outputs) or \
+                set(readers.get(v.name, ())) == {p.name}:
+            continue
+        copies[v.name] = (p, n)
+    if not copies:
+        return g
+    taken = set(by_name)
+    moved = {m.name for p, c in copies.values() for m in (p, c)}
+    view_of: dict[str, Ref] = {}
+    nodes: list[Node] = []
+    for n in g.nodes:
+        if n.name in moved:
+            continue
+        nodes.append(_reading(n, view_of))
+        if n.name in copies:        # the copy right after V; the others read its view
+            p, c = copies[n.name]
+            nchw = Node(fresh_name(f"{n.name}_from_copy", taken), PERMUTE,
+                        (Ref(c.name), TO_NCHW), type=n.type)
+            nodes += [p, c, nchw]
+            view_of[n.name] = Ref(nchw.name)
+    return Graph(tuple(nodes), g.outputs, g.name)
+
+
+read_channels_last_copies.needs_context = True
+
+
+def _contiguous():
+    import torch
+    return torch.contiguous_format
+
+
+def _copyable(v: Node, outputs: set[str]) -> bool:
+    t = v.type
+    return v.op not in (PARAMETER, CONSTANT) and not lookup(v.op).view \
+        and v.name not in outputs and isinstance(t, TensorType) and t.rank == 4 \
+        and t.numel != 0
+
+
+def _reading(n: Node, view_of: dict[str, Ref]) -> Node:
+    """`n` reading view_of[V] wherever it read a V of `view_of`."""
+    if not view_of or not any(i in view_of for i in n.inputs):
+        return n
+    swap = lambda r: view_of.get(r.name, r)
+    return n.replace(args=map_refs(n.args, swap),
+                     kwargs=tuple((k, map_refs(v, swap)) for k, v in n.kwargs))
