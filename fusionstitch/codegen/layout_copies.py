@@ -140,6 +140,7 @@ def access_cost(L, comp, numel: int) -> tuple[float, float]:
         return 0.0, 0.0
     starts = sorted({min(numel * k // _SAMPLES, numel - width) for k in range(_SAMPLES)})
     xs = torch.cat([torch.arange(s0, s0 + width, dtype=torch.int64) for s0 in starts])
+    window_of = torch.arange(len(starts), dtype=torch.int64).repeat_interleave(width)
     cost = {Load: 0.0, Store: 0.0}
     for st in comp.body:
         if not isinstance(st, (Load, Store)):
@@ -151,10 +152,10 @@ def access_cost(L, comp, numel: int) -> tuple[float, float]:
         offsets = _values(st.index, env, xs)
         if not isinstance(offsets, torch.Tensor):      # the same element for every x
             continue
-        lines = 0
-        for k in range(len(starts)):
-            window = offsets[k * width:(k + 1) * width]
-            lines += torch.unique(torch.div(window * size, _LINE, rounding_mode="floor")).numel()
+        # distinct (window, line) pairs
+        line = torch.div(offsets * size, _LINE, rounding_mode="floor")
+        line = line - line.min()
+        lines = torch.unique(line + window_of * (int(line.max()) + 1)).numel()
         cost[type(st)] += round(lines * _LINE / (len(starts) * width), 1)
     return cost[Load], cost[Store]
 

@@ -80,6 +80,7 @@ class Lowerer:
         self.reduced: dict[tuple, str] = {}     # (node, element) -> per-x result var
         self.single_row = False
         self.canonical = None
+        self.choose_orders = True     # layout copies: try each order (lower_group)
         # batch components: (node, element) -> the buffer its stage stored it in, and
         # the number of batch entries (programs) that must each read only their own
         self.staged: dict[tuple, Buffer] = {}
@@ -355,9 +356,7 @@ def _lower_flat(L: Lowerer, names: list[str], numel: int) -> Component:
              for element, t in tensor_parts(L, name)]
     classes = copy_classes(L, parts, numel)
     leaders = {c: c.members[0] for c in classes}
-    for c in classes:
-        if len(c.members) < 2:
-            continue
+    for c in classes if L.choose_orders else ():
         tried = []
         for leader in c.members:
             state = L.snapshot()
@@ -622,19 +621,24 @@ GENERATED_DTYPES = frozenset({"f64", "f32", "f16", "bf16", "i64", "i32", "i16", 
 
 
 def lower_group(graph: Graph, names, kernel_name: str,
-                schedule: Schedule | None = None) -> Kernel:
+                schedule: Schedule | None = None, *, choose_orders: bool = True) -> Kernel:
     """The Kernel of one group; raises Unsupported with the reason. The size comparisons
     of a graph of symbolic sizes it made are the kernel's `guards` (ir/symbolic.py).
 
     `schedule`: the group's schedule as its plan decided it (`Group.schedule`), whose
     guards become the kernel's too; None (a group without a plan: a planning candidate,
-    a test) decides it here with `group_schedule`, the function plans use."""
+    a test) decides it here with `group_schedule`, the function plans use.
+
+    `choose_orders`: try each order a flat component's layout copies may run in and keep
+    the cheapest (layout_copies.py); planning's tentative lowering, which reads the
+    kernel's ops and not its order, passes False (the first copy leads)."""
     with recording() as guards:
-        k = _lower_group(graph, names, kernel_name, schedule)
+        k = _lower_group(graph, names, kernel_name, schedule, choose_orders)
     return replace(k, guards=frozenset(guards)) if guards else k
 
 
-def _lower_group(graph: Graph, names, kernel_name: str, schedule: Schedule | None) -> Kernel:
+def _lower_group(graph: Graph, names, kernel_name: str, schedule: Schedule | None,
+                 choose_orders: bool = True) -> Kernel:
     names = list(names)
     _check_dtypes(graph, names)
     from .scatter import is_scatter_kernel, lower_scatter
@@ -653,6 +657,7 @@ def _lower_group(graph: Graph, names, kernel_name: str, schedule: Schedule | Non
                              f"components are {schedule.components}")
         replay(schedule.guards)
     L = Lowerer(graph, names, kernel_name)
+    L.choose_orders = choose_orders
     comps = []
     for comp, space in zip(schedule.components, schedule.spaces):
         comp = list(comp)

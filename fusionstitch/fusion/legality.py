@@ -297,7 +297,7 @@ def tentative_lower(graph, names):
     if len(_TRIED) > _TRIED_MAX:
         _TRIED.clear()
     try:
-        k = lower_group(graph, tuple(names), "kernel")
+        k = lower_group(graph, tuple(names), "kernel", choose_orders=False)
     except Unsupported as e:
         _TRIED[key] = (graph, e)
         raise
