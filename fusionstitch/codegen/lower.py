@@ -347,24 +347,41 @@ def _store(L: Lowerer, name: str, element, t: TensorType, idx, var: str | None =
     L.scope.stmts.append(Store(buf.name, offset, var, L.mask))
 
 
-def _lower_flat(L: Lowerer, names: list[str], numel: int) -> Component:
+def _lower_flat(L: Lowerer, names: list[str], numel: int) -> list[Component]:
     """A flat component; outputs that are layout copies of one value (layout_copies.py)
     are stored from one computation of it, in the order of the leader that moves the
-    fewest cache lines."""
+    fewest cache lines. Outputs with fewer elements than the space (a batch norm's
+    per-channel statistics beside its normalised values) get a component of their own
+    per size: masked into the large loop (`x < 48`), they made pieces.py split it at
+    that bound, and the rest of the loop, its x shifted by 48, read [4, 48, 65, 65] by
+    a division and a remainder of x + 48 per element (mobilenet_v2's training forward:
+    17x Inductor's time for that group)."""
     from .layout_copies import access_cost, copy_classes
     parts = [(name, element, t) for name in names if name in L.escaping
              for element, t in tensor_parts(L, name)]
-    classes = copy_classes(L, parts, numel)
-    leaders = {c: c.members[0] for c in classes}
-    for c in classes if L.choose_orders else ():
-        tried = []
-        for leader in c.members:
-            state = L.snapshot()
-            comp = _flat_component(L, parts, numel, {**leaders, c: leader})
-            tried.append((access_cost(L, comp, hint(numel)), len(tried), leader))
-            L.restore(state)
-        leaders[c] = min(tried)[2]
-    return _flat_component(L, parts, numel, leaders)
+    full, fewer = [], {}
+    for part in parts:
+        t = part[2]
+        if t.numel == 0 or not t.numel < numel:
+            full.append(part)
+        else:
+            fewer.setdefault(t.numel, []).append(part)
+    comps = []
+    if full or not fewer:
+        classes = copy_classes(L, full, numel)
+        leaders = {c: c.members[0] for c in classes}
+        for c in classes if L.choose_orders else ():
+            tried = []
+            for leader in c.members:
+                state = L.snapshot()
+                comp = _flat_component(L, full, numel, {**leaders, c: leader})
+                tried.append((access_cost(L, comp, hint(numel)), len(tried), leader))
+                L.restore(state)
+            leaders[c] = min(tried)[2]
+        comps.append(_flat_component(L, full, numel, leaders))
+    for size, group in fewer.items():
+        comps.append(_flat_component(L, group, size, {}))
+    return comps
 
 
 def _flat_component(L: Lowerer, parts, numel: int, leaders: dict) -> Component:
@@ -386,12 +403,7 @@ def _flat_component(L: Lowerer, parts, numel: int, leaders: dict) -> Component:
             at, var = root_at[c]
             _store(L, name, element, t, copy_index(L, name, at), var)
             continue
-        idx = unravel_shape(L, x, t.shape)
-        cond = None
-        if t.numel < numel:
-            cond = L.op("lt", (L.index(x), L.index(L.size(t.numel))), "b8")
-        with L.masked(cond):
-            _store(L, name, element, t, idx)
+        _store(L, name, element, t, unravel_shape(L, x, t.shape))    # (t.numel == numel)
     return Component("flat", L.size(numel), E.ONE, (), tuple(L.scope.stmts))
 
 
@@ -663,7 +675,7 @@ def _lower_group(graph: Graph, names, kernel_name: str, schedule: Schedule | Non
         comp = list(comp)
         L.canonical = None
         if space.kind == "flat":
-            comps.append(_lower_flat(L, comp, space.numel))
+            comps.extend(_lower_flat(L, comp, space.numel))
         elif space.kind in ("row", "column", "general"):
             from .reductions import reduction_layout
             L.canonical = reduction_layout(L, comp)

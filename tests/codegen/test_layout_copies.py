@@ -168,3 +168,4 @@ def test_program_runs_the_mobilevit_group(target):
     want = b * torch.sigmoid(b)
     torch.testing.assert_close(y, want, rtol=4e-6, atol=1e-6)
     torch.testing.assert_close(r, want.permute(0, 2, 3, 1).reshape(640, 8), rtol=4e-6, atol=1e-6)
+
