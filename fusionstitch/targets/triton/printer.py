@@ -78,12 +78,19 @@ _MATH_INTERPRET = {
     "rsqrt": "1.0 / tl.sqrt({0})",
     "log1p": "tl.where(({0} + 1.0) - 1.0 == 0.0, {0}, tl.log({0} + 1.0) * ({0} / (({0} + 1.0) "
              "- 1.0)))",
-    "expm1": "tl.where(tl.abs({0}) < 1e-5, {0} + 0.5 * {0} * {0}, tl.exp({0}) - 1.0)",
-    "tanh": "(2.0 / (1.0 + tl.exp(-2.0 * {0})) - 1.0)",
+    # (small arguments: Kahan's (u - 1) x / log u, u = e^x, and a series for tanh: a
+    # product by x, so that -0.0 gives -0.0 and a tiny x gives x; e^x - 1 alone loses
+    # all the digits of a small x)
+    "expm1": "tl.where(tl.abs({0}) < 0.5, tl.where(tl.exp({0}) == 1.0, {0}, (tl.exp({0}) - 1.0)"
+             " * {0} / tl.log(tl.exp({0}))), tl.exp({0}) - 1.0)",
+    "tanh": "tl.where(tl.abs({0}) < 0.25, {0} * (1.0 + {0} * {0} * (-1.0 / 3.0 + {0} * {0} * "
+            "(2.0 / 15.0 + {0} * {0} * (-17.0 / 315.0 + {0} * {0} * (62.0 / 2835.0))))), "
+            "2.0 / (1.0 + tl.exp(-2.0 * {0})) - 1.0)",
     "tan": "tl.sin({0}) / tl.cos({0})",
     "trunc": "tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))",
-    "round": "tl.where(tl.abs({0} - tl.floor({0}) - 0.5) == 0.0, 2.0 * tl.floor({0} * 0.5 + 0.5),"
-             " tl.floor({0} + 0.5))",
+    # (a zero result takes x's sign: round(-0.3) is -0.0)
+    "round": "tl.where(tl.abs({0}) <= 0.5, {0} * 0.0, tl.where(tl.abs({0} - tl.floor({0}) - 0.5)"
+             " == 0.0, 2.0 * tl.floor({0} * 0.5 + 0.5), tl.floor({0} + 0.5)))",
     "pow": "tl.where({1} == 0, 1.0, tl.where({0} < 0, tl.where({1} == tl.floor({1}), "
            "(1.0 - 2.0 * (tl.abs({1}) - 2.0 * tl.floor(tl.abs({1}) * 0.5))) * "
            "tl.exp2({1} * tl.log2(-{0})), float('nan')), tl.exp2({1} * tl.log2({0}))))",
@@ -147,6 +154,11 @@ class _Printer:
                       ".to(tl.float32, bitcast=True)")
                 return up if dt == "f32" else f"{up}.to({TL_DTYPE[dt]})"
             return f"{a[0]}.to({TL_DTYPE[dt]})"
+        if s.op == "neg" and is_float:
+            # Triton's unary minus is 0 - x, which gives +0.0 for +0.0 (IEEE negation and
+            # torch's neg give -0.0: copysign, atan2 and 1/x read the sign); the product
+            # by -1 is exact and flips every sign, a NaN's included
+            return f"({a[0]} * -1.0)"
         if s.op == "sign":
             return (f"tl.where({a[0]} != {a[0]}, {a[0]}, ({a[0]} > 0).to({TL_DTYPE[dt]}) - "
                     f"({a[0]} < 0).to({TL_DTYPE[dt]}))")
