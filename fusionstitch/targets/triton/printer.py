@@ -76,8 +76,8 @@ _BINARY = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv"
 _MATH_INTERPRET = {
     "sqrt": "tl.sqrt({0})",
     "rsqrt": "1.0 / tl.sqrt({0})",
-    "log1p": "tl.where(({0} + 1.0) - 1.0 == 0.0, {0}, tl.log({0} + 1.0) * ({0} / (({0} + 1.0) "
-             "- 1.0)))",
+    "log1p": "tl.where((({0} + 1.0) - 1.0 == 0.0) | ({0} == float('inf')), {0}, "
+             "tl.log({0} + 1.0) * ({0} / (({0} + 1.0) - 1.0)))",
     # (small arguments: Kahan's (u - 1) x / log u, u = e^x, and a series for tanh: a
     # product by x, so that -0.0 gives -0.0 and a tiny x gives x; e^x - 1 alone loses
     # all the digits of a small x)
@@ -94,7 +94,11 @@ _MATH_INTERPRET = {
     "pow": "tl.where({1} == 0, 1.0, tl.where({0} < 0, tl.where({1} == tl.floor({1}), "
            "(1.0 - 2.0 * (tl.abs({1}) - 2.0 * tl.floor(tl.abs({1}) * 0.5))) * "
            "tl.exp2({1} * tl.log2(-{0})), float('nan')), tl.exp2({1} * tl.log2({0}))))",
-    "fmod": "{0} - tl.where({0} / {1} < 0, tl.ceil({0} / {1}), tl.floor({0} / {1})) * {1}",
+    # (an infinite divisor leaves a finite x as it is; a zero result has x's sign)
+    "fmod": "tl.where((tl.abs({1}) == float('inf')) & (tl.abs({0}) != float('inf')), {0}, "
+            "tl.where({0} - tl.where({0} / {1} < 0, tl.ceil({0} / {1}), tl.floor({0} / {1})) * "
+            "{1} == 0, {0} * 0.0, {0} - tl.where({0} / {1} < 0, tl.ceil({0} / {1}), "
+            "tl.floor({0} / {1})) * {1}))",
 }
 _MATH_GPU = {
     "sqrt": "tl.sqrt_rn({0})", "rsqrt": "libdevice.rsqrt({0})", "log1p": "libdevice.log1p({0})",
@@ -175,7 +179,7 @@ class _Printer:
         if s.op in ("floordiv", "remainder", "fmod") and not is_float:
             return self.int_division(s.op, a[0], a[1], TL_DTYPE[dt])
         if s.op == "floordiv":
-            return f"tl.floor({a[0]} / {a[1]})"
+            return self.float_floordiv(a[0], a[1])
         if s.op == "remainder":
             base = self.math("fmod", a)
             return (f"tl.where(({base} != 0) & (({base} < 0) != ({a[1]} < 0)), "
@@ -202,8 +206,43 @@ class _Printer:
                 q = f"tl.where(({q} != 0) & (({q} < 0) != ({d} < 0)), {q} + {d}, {q})"
         return f"({q}) * ({y} != 0).to({tl_dtype})"
 
+    @staticmethod
+    def interpret_fmod_f32(x: str, y: str) -> str:
+        """fmod of f32 values exactly (the interpreter has no libdevice): in f64, where
+        x - trunc(x / y) * y of f32 operands is exact while the quotient is below 2^29,
+        then brought into [0, |y|) (or (-|y|, 0] for a negative x) where the rounded
+        quotient was one off (fmod(1.0, 0.1): the formula in f32 gave -1.5e-8, the
+        remainder is 0.09999999). Infinite y leaves a finite x; a zero result has x's
+        sign."""
+        x64, y64 = f"{x}.to(tl.float64)", f"{y}.to(tl.float64)"
+        q = f"{x64} / {y64}"
+        r = f"({x64} - tl.where({q} < 0, tl.ceil({q}), tl.floor({q})) * {y64})"
+        ay = f"tl.abs({y64})"
+        r = (f"tl.where({x64} >= 0, tl.where({r} < 0, {r} + {ay}, tl.where({r} >= {ay}, "
+             f"{r} - {ay}, {r})), tl.where({r} > 0, {r} - {ay}, tl.where({r} <= -{ay}, "
+             f"{r} + {ay}, {r})))")
+        r = (f"tl.where((tl.abs({y}) == float('inf')) & (tl.abs({x}) != float('inf')), "
+             f"{x64}, {r})")
+        return f"tl.where({r} == 0, {x} * 0.0, ({r}).to(tl.float32))"
+
+    def float_floordiv(self, x: str, y: str) -> str:
+        """Floor division of floats as torch's (c10's div_floor_floating): from the
+        remainder, not floor(x / y), whose rounded quotient can be the next integer
+        (1.0 // 0.1 is 9 in torch, floor(1.0 / 0.1) is 10) and which gives -0.0 for
+        -2 // inf (torch: -1); a zero quotient takes the sign of x / y, a zero divisor
+        gives x / y."""
+        mod = self.math("fmod", (x, y))
+        div = f"(({x} - {mod}) / {y})"
+        div = f"tl.where(({mod} != 0) & (({y} < 0) != ({mod} < 0)), {div} - 1.0, {div})"
+        fl = f"tl.floor({div})"
+        fl = f"tl.where({div} - {fl} > 0.5, {fl} + 1.0, {fl})"
+        return (f"tl.where({y} == 0, {x} / {y}, tl.where({div} == 0, ({x} / {y}) * 0.0, "
+                f"{fl}))")
+
     def math(self, op: str, a) -> str:
         table = _MATH_INTERPRET if self.interpret else _MATH_GPU
+        if op == "fmod" and self.interpret and all(self.dtype.get(v) == "f32" for v in a):
+            return self.interpret_fmod_f32(*a)
         if op not in table:
             raise NotImplementedError(f"triton printer: no rule for {op}")
         return "(" + table[op].format(*a) + ")"
