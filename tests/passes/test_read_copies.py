@@ -95,3 +95,7 @@ def test_block_matches_eager():
     # values of magnitude about 1 (2 K eps for K = 144: 3.4e-5 worst case)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=4e-5)
     assert fusionstitch.stats()["fallbacks"] == 0
+    with torch.no_grad():
+        rep = fusionstitch.explain(m, x, target="cpu")
+    # the residual add reads the activation from the expand GEMM's NHWC copy
+    assert any("_from_copy" in n.name for g in rep.graphs for n in g.plan.graph.nodes)
