@@ -133,5 +133,5 @@ def test_the_cuda_source_of_the_library_functions_compiles_for_sm90():
 
 def test_the_interpreters_missing_ops_are_the_gpu_forms_it_lacks():
     from fusionstitch.targets.triton import INTERPRET
-    from fusionstitch.targets.triton.printer import _MATH_GPU, _MATH_INTERPRET
-    assert INTERPRET.missing_ops == set(_MATH_GPU) - set(_MATH_INTERPRET)
+    from fusionstitch.targets.triton.elementwise import MATH_GPU, MATH_INTERPRET
+    assert INTERPRET.missing_ops == set(MATH_GPU) - set(MATH_INTERPRET)

@@ -39,7 +39,7 @@ class TritonTarget(Target):
 
 _TRITON = Language("Triton", "py", "#")
 # kernel ops with a GPU form (libdevice) but no formula from tl builtins, which is all the
-# interpreter has (printer.py's _MATH_INTERPRET): kernels holding one are refused there,
+# interpreter has (elementwise.py's MATH_INTERPRET): kernels holding one are refused there,
 # and the ops run through torch, counted
 _NO_INTERPRET = frozenset("asin acos atan sinh cosh asinh acosh atanh erfc log10 atan2 "
                           "hypot copysign".split())
