@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..ir.graph import Ref, TensorType
+from ..ir.graph import ITEMSIZE, Ref, TensorType
 from ..ir.symbolic import hint
 from . import expr as E
 from .kernel import Load, Store
@@ -35,8 +35,6 @@ LAYOUT_OPS = frozenset({
     "transpose.int", "t.default", "numpy_T.default", "unsqueeze.default", "squeeze.dim",
     "squeeze.dims", "squeeze.default", "clone.default", "alias.default", "detach.default"})
 
-_ITEMSIZE = {"f64": 8, "i64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i16": 2,
-             "i8": 1, "u8": 1, "b8": 1}
 _LINE = 64          # bytes of a cache line
 _WINDOW = 64        # consecutive x of a window (a vector loop's stretch: 4 lines of f32)
 _SAMPLES = 8        # windows, spread over the range
@@ -134,7 +132,7 @@ def access_cost(L, comp, numel: int) -> tuple[float, float]:
     import torch
     env = _expected_strides(L)
     env.update({s.name: _int(s.value) for s in L.syms.values() if s.name not in env})
-    dtype_of = {b.name: b.dtype for b in (*L.inputs.values(), *L.outputs)}
+    itemsize = {b.name: ITEMSIZE[b.dtype] for b in (*L.inputs.values(), *L.outputs)}
     width = min(_WINDOW, numel)
     if width < 1:
         return 0.0, 0.0
@@ -145,7 +143,7 @@ def access_cost(L, comp, numel: int) -> tuple[float, float]:
     for st in comp.body:
         if not isinstance(st, (Load, Store)):
             continue
-        size = _ITEMSIZE.get(dtype_of.get(st.buffer, "f32"), 4)
+        size = itemsize[st.buffer]
         if E.free_vars(st.index) - {"x"} or _reads_data(st.index):
             cost[type(st)] += _LINE
             continue

@@ -21,13 +21,11 @@ where the target runs convolutions channels-last.
 """
 from __future__ import annotations
 
+import torch
+
 from ..ir.graph import CONSTANT, PARAMETER, Graph, Node, Ref, TensorType, fresh_name, map_refs
 from ..ir.ops import lookup
-
-PERMUTE = "permute.default"
-CLONE = "clone.default"
-TO_NHWC = (0, 2, 3, 1)
-TO_NCHW = (0, 3, 1, 2)
+from .conv_layout import CLONE, PERMUTE, TO_NCHW, TO_NHWC
 
 
 def read_channels_last_copies(g: Graph, target=None,
@@ -36,29 +34,25 @@ def read_channels_last_copies(g: Graph, target=None,
     docstring); `g` itself where there is none or the target keeps NCHW."""
     if getattr(target, "conv_layout", None) != "channels_last":
         return g
-    readers: dict[str, list[str]] = {}
-    for n in g.nodes:
-        for i in n.inputs:
-            readers.setdefault(i, []).append(n.name)
-    by_name = {n.name: n for n in g.nodes}
-    outputs = {o.name for o in g.outputs if isinstance(o, Ref)}
+    readers = g.users
+    outputs = g.output_names
     copies: dict[str, tuple[Node, Node]] = {}     # V -> (its NHWC permute, the copy)
     for n in g.nodes:
         if n.op != CLONE or len(n.args) != 1 or not isinstance(n.args[0], Ref):
             continue
-        if dict(n.kwargs).get("memory_format", None) not in (None, _contiguous()):
+        if n.kwarg("memory_format") not in (None, torch.contiguous_format):
             continue
-        p = by_name[n.args[0].name]
-        if p.op != PERMUTE or tuple(p.args[1]) != TO_NHWC or readers.get(p.name) != [n.name]:
+        p = g[n.args[0].name]
+        if p.op != PERMUTE or tuple(p.args[1]) != TO_NHWC or readers[p.name] != (n.name,):
             continue
-        v = by_name.get(p.args[0].name) if isinstance(p.args[0], Ref) else None
+        v = g[p.args[0].name] if isinstance(p.args[0], Ref) else None
         if v is None or v.name in copies or not _copyable(v, outputs) or \
-                set(readers.get(v.name, ())) == {p.name}:
+                readers[v.name] == (p.name,):
             continue
         copies[v.name] = (p, n)
     if not copies:
         return g
-    taken = set(by_name)
+    taken = set(readers)
     moved = {m.name for p, c in copies.values() for m in (p, c)}
     view_of: dict[str, Ref] = {}
     nodes: list[Node] = []
@@ -78,12 +72,7 @@ def read_channels_last_copies(g: Graph, target=None,
 read_channels_last_copies.needs_context = True
 
 
-def _contiguous():
-    import torch
-    return torch.contiguous_format
-
-
-def _copyable(v: Node, outputs: set[str]) -> bool:
+def _copyable(v: Node, outputs: frozenset[str]) -> bool:
     t = v.type
     return v.op not in (PARAMETER, CONSTANT) and not lookup(v.op).view \
         and v.name not in outputs and isinstance(t, TensorType) and t.rank == 4 \
