@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from fusionstitch.codegen.kernel import Load, Op, Reduce, Store, bodies, template
+from fusionstitch.codegen.kernel import Load, Op, Reduce, bodies, template
 from fusionstitch.fusion.plan import KERNEL
 from fusionstitch.ir.graph import (CONSTANT, GETITEM, PARAMETER, Graph, Node, Ref, TensorLiteral,
                                     TensorType)
@@ -64,13 +64,17 @@ class GroupCase:
     schedule: str
     cpp: str                         # our generated source: C++ (cpu), Triton (cuda, interpret)
     count: int = 1                   # identical groups in the program
+    sizes: dict = field(default_factory=dict)     # a symbolic program's size slots: values
     results: dict = field(default_factory=dict)   # filled by bench/groups.py
 
     def run_ours(self) -> Callable[[], None]:
         """A function launching our kernel on the captured inputs, as a Program does."""
         step = self.step
         n = 1 + max([s for s, _ in step.inputs] + [o[0] for o in step.outputs])
+        n = max([n, *(s + 1 for s in self.sizes)])
         values: list = [None] * n
+        for slot, v in self.sizes.items():      # the sizes a symbolic kernel reads
+            values[slot] = v
         for (slot, element), t in zip(step.inputs, self.inputs):
             if element is None:
                 values[slot] = t
@@ -105,16 +109,20 @@ def copy_as_is(t: torch.Tensor) -> torch.Tensor:
 
 
 class _Recorder:
-    """Stands in for a KernelStep in a Program's steps: copies its inputs, then runs it."""
+    """Stands in for a KernelStep in a Program's steps: copies its inputs (and the values of
+    a symbolic program's size slots, which its kernels read), then runs it."""
 
     def __init__(self, step, seen: list):
         self.step, self.seen = step, seen
+        self.sizes: dict = {}       # of the first call, as seen[0]
 
     def __call__(self, values: list, pool=None) -> None:
         ins = []
         for slot, element in self.step.inputs:
             v = values[slot]
             ins.append(copy_as_is(v if element is None else v[element]))
+        if not self.seen:
+            self.sizes = {i: v for i, v in enumerate(values) if type(v) is int}
         self.seen.append(ins)
         self.step(values, pool)
 
@@ -247,7 +255,7 @@ def group_ir(graph: Graph, names, kernel) -> str:
                 params.append(n if n.op == CONSTANT else Node(i, PARAMETER, type=n.type))
     nodes = tuple(params) + tuple(graph[n] for n in names)
     outs = tuple(dict.fromkeys(Ref(b.value) for b in kernel.outputs))
-    return str(Graph(nodes, outs, name=f"group"))
+    return str(Graph(nodes, outs, name="group"))
 
 
 def _numel(kernel) -> int:
@@ -273,11 +281,14 @@ def capture(run_step: Callable[[], None], sink: list, source: str,
         def source_of(k):
             return triton_source(k, interpret=target == "interpret")[1]
     wrapped = []      # (program, original steps, [(group, step, seen)])
+    recorders: dict = {}
+    programs = set()  # graphs of the same structure share one Program: wrapped once
     for cg in sink:
         for spec in cg.specialisations.values():
             program = getattr(spec, "program", None)
-            if program is None or program.target != target:
+            if program is None or program.target != target or id(program) in programs:
                 continue
+            programs.add(id(program))
             kernel_groups = [g for g in spec.plan.groups if g.kind == KERNEL]
             by_step = {id(s): gid for gid, s in program.kernel_steps.items()}
             original = list(program.steps)
@@ -287,7 +298,8 @@ def capture(run_step: Callable[[], None], sink: list, source: str,
                     continue
                 step, dead = payload
                 seen: list = []
-                program.steps[i] = (kind, (_Recorder(step, seen), dead))
+                recorders[id(step)] = _Recorder(step, seen)
+                program.steps[i] = (kind, (recorders[id(step)], dead))
                 gid = by_step[id(step)]
                 group = next(g for g in kernel_groups if g.id == gid)
                 entries.append((group, step, seen))
@@ -317,7 +329,7 @@ def capture(run_step: Callable[[], None], sink: list, source: str,
             cases[key] = GroupCase(
                 source=source, graph=gname, group_id=group.id,
                 cls=cls or kernel_class(k), n_ops=len(group.nodes), numel=_numel(k),
-                step=step, inputs=seen[0], gm=group_fx(spec.graph, group.nodes, k),
+                step=step, inputs=seen[0], sizes=recorders[id(step)].sizes, gm=group_fx(spec.graph, group.nodes, k),
                 ir_text=group_ir(spec.graph, group.nodes, k), schedule=_schedule(group, k),
                 cpp=cpp)
     return list(cases.values())
