@@ -147,7 +147,7 @@ class Lowerer:
                 self.syms[s.name] = s
                 self.bindings[s.name] = ("stride", name, d)
                 strides.append(s)
-            expected = expected_strides(self.graph, value) if element is None else None
+            expected = expected_strides(self.graph, value, element)
             buf = self.inputs[key] = Buffer(name, value, element, t.dtype, t.shape,
                                             tuple(strides), False, expected=expected)
         return buf

@@ -1,49 +1,114 @@
 """The strides a kernel input is expected to have at launch.
 
-    expected_strides(graph, name)   strides of value `name`, when it is a view (through
-                                    a chain of view ops) of a value taken as row-major;
-                                    None when row-major itself or not known statically
+    expected_strides(graph, name, element=None)
+        strides of value `name` (of its tuple element `element`), when they are known
+        statically and are not row-major; None when row-major or not known
 
-A view between groups runs through torch at launch (the plan's free groups), so a
-kernel reading `permute(x)` gets x's memory with the permutation's strides: the strides
-torch's own view gives, computed here by running the chain on a meta tensor of the
-root's shape. The root is taken as contiguous where it is known to be so in the common
-case: a graph input (as lowering takes every input), a result of ops our kernels or a
-GEMM write row-major (elementwise, reductions, mm). A library call's result has the
-layout torch gives it (a convolution's of channels-last input is channels-last): no
-expectation there. The strides are an expectation only: the
-cpu target prints its dense version for them (`targets/cpp/index.expected_values`) and
-checks them at launch; other strides take the general version, never wrong numbers.
+Values between groups come with the layout whoever wrote them gave them:
+
+* our kernels (elementwise, reductions, data movement, ...) and torch's GEMMs write
+  row-major;
+* a graph input has the strides the frontend recorded for it (a `strides` keyword of
+  its parameter node: a slice of a larger tensor, a channels-last image), else it is
+  taken as row-major;
+* a view between groups runs through torch at launch (the plan's free groups), so a
+  kernel reading `permute(x)` gets x's memory with the permutation's strides;
+* a library call's result (a convolution, flash attention's backward, a fallback op)
+  has the layout torch gives it: flash attention's gradients are laid out
+  (batch, seq, heads, dim) under their (batch, heads, seq, dim) shape, a convolution of
+  channels-last input is channels-last.
+
+The strides are worked out by running the chain on fake CPU tensors: row-major for what
+we write, the library op itself on fake tensors of its inputs' expected layouts (fake
+tensors give eager's strides, as AOTAutograd's tracing relies on; the meta device's
+kernels do not always: a convolution of channels-last input is contiguous there). The strides are
+an expectation only: the cpu target prints its dense version for them
+(`targets/cpp/index.expected_values`) and checks them at launch; other strides take the
+general version, never wrong numbers.
 """
 from __future__ import annotations
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ..ir.graph import PARAMETER, Graph, Ref, TensorType
+from ..ir.graph import GETITEM, PARAMETER, Graph, Ref, TensorType
 from ..ir.ops import Category, call_reference, lookup
+from ..ir.symbolic import hint
 
-# the roots whose results are taken as row-major
-_ROW_MAJOR = frozenset({Category.ELEMENTWISE, Category.REDUCE, Category.DOT})
+# how many library calls deep a layout is followed back (their inputs' layouts decide
+# theirs: a convolution of a convolution's channels-last result); past it, row-major
+_DEPTH = 4
 
 
-def expected_strides(graph: Graph, name: str) -> tuple[int, ...] | None:
-    chain = []
-    node = graph[name]
-    while lookup(node.op).view and node.args and isinstance(node.args[0], Ref):
-        chain.append(node)
-        node = graph[node.args[0].name]
-    root = node.type
-    if not chain or not isinstance(root, TensorType) or \
-            any(type(d) is not int for d in root.shape) or \
-            (node.op != PARAMETER and lookup(node.op).category not in _ROW_MAJOR):
-        return None
-    env = {node.name: torch.empty(root.shape, dtype=root.torch_dtype, device="meta")}
+def expected_strides(graph: Graph, name: str, element: int | None = None
+                     ) -> tuple[int, ...] | None:
     try:
-        for n in reversed(chain):
-            env[n.name] = call_reference(n.op, n.args, n.kwargs, env)
-    except Exception:       # a symbolic argument, a tuple of views (split): not known here
+        with FakeTensorMode():
+            out = _meta(graph, name, {}, _DEPTH)
+    except Exception:       # a symbolic argument, an op without a meta kernel: not known
         return None
-    out = env[name]
+    if element is not None:
+        out = out[element] if isinstance(out, (tuple, list)) and element < len(out) else None
     if not isinstance(out, torch.Tensor) or out.is_contiguous():
         return None
     return tuple(int(s) for s in out.stride())
+
+
+def _static(t) -> bool:
+    if isinstance(t, TensorType):
+        return all(type(d) is int for d in t.shape)
+    return all(e is None or _static(e) for e in getattr(t, "elements", ()))
+
+
+def _row_major(t) -> torch.Tensor | None:
+    if not isinstance(t, TensorType) or not _static(t):
+        return None
+    return torch.empty(t.shape, dtype=t.torch_dtype)
+
+
+def _meta(graph: Graph, name: str, memo: dict, depth: int):
+    """A meta tensor (or tuple) of `name` with the layout expected at launch."""
+    if name in memo:
+        return memo[name]
+    node = graph[name]
+    d = lookup(node.op)
+    first = node.args[0] if node.args else None
+    strides = node.kwarg("strides") if node.op == PARAMETER else None
+    if strides is not None:
+        # sizes at their hints in a symbolic graph (the strides are numbers: recorded
+        # only then); nothing is computed from them, so no guard is needed
+        t = node.type
+        out = torch.empty_strided(hint(t.shape), strides, dtype=t.torch_dtype)
+    elif not _static(node.type):
+        out = None      # a view of symbolic sizes would need guards: not followed
+    elif (d.view or node.op == GETITEM) and isinstance(first, Ref):
+        base = _meta(graph, first.name, memo, depth)
+        out = None if base is None else call_reference(node.op, node.args, node.kwargs,
+                                                       {first.name: base})
+    elif d.category == Category.LIBRARY and depth > 0:
+        env = {}
+        for r in _refs(node):
+            v = _meta(graph, r, memo, depth - 1)
+            if v is None:
+                memo[name] = None
+                return None
+            env[r] = v
+        out = call_reference(node.op, node.args, node.kwargs, env)
+    else:
+        out = _row_major(node.type)
+    memo[name] = out
+    return out
+
+
+def _refs(node) -> list[str]:
+    out = []
+
+    def walk(a):
+        if isinstance(a, Ref):
+            out.append(a.name)
+        elif isinstance(a, (tuple, list)):
+            for x in a:
+                walk(x)
+    walk(node.args)
+    walk(tuple(v for _, v in node.kwargs))
+    return list(dict.fromkeys(out))

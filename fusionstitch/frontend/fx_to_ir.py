@@ -32,6 +32,7 @@ import torch.fx
 from ..ir.graph import (CONSTANT, GETITEM, PARAMETER, Graph, Node, Ref, TensorLiteral,
                         TensorType, TupleType, Type, dtype_name)
 from ..ir.ops import effect_type, infer_type, lookup, op_name, type_of_value
+from ..ir.symbolic import hint
 
 log = logging.getLogger("fusionstitch.frontend")
 _logged_fallback_ops: set[str] = set()
@@ -64,6 +65,22 @@ def _is_static(val: Any) -> bool:
     return False
 
 
+def _input_strides(spec: TensorType, strides) -> tuple[int, ...] | None:
+    """`strides` (an input's at the call the graph is compiled for) when they are not
+    row-major for `spec`'s sizes (at their hints): kernels reading the input expect them
+    (codegen/view_strides.py), as they expect row-major otherwise. An expectation only,
+    checked at launch: another call's strides run the kernels' general version."""
+    if strides is None or len(strides) != len(spec.shape):
+        return None
+    shape = hint(spec.shape)
+    row = 1
+    for d in reversed(range(len(shape))):
+        if shape[d] != 1 and strides[d] != row:
+            return tuple(int(s) for s in strides)
+        row *= shape[d]
+    return None
+
+
 def _log_fallback(op: str) -> None:
     # at DEBUG: the frontend warns per graph, with every part that runs through torch
     if op not in _logged_fallback_ops:
@@ -73,9 +90,11 @@ def _log_fallback(op: str) -> None:
 
 
 def fx_to_ir(gm: torch.fx.GraphModule, specs: list[Any], name: str = "graph",
-             hints: dict | None = None) -> Graph:
+             hints: dict | None = None, strides: list | None = None) -> Graph:
     """Translate `gm` for placeholder values `specs` (TensorType or number); `hints`
-    (symbol -> value) makes a symbolic graph (see the module docstring)."""
+    (symbol -> value) makes a symbolic graph (see the module docstring). `strides`: per
+    placeholder, the strides of the tensor it is compiled for (None: row-major); a
+    parameter records those that are not row-major (`strides=` keyword)."""
     if hints is not None:
         from .dynamic import symbolic_scalar, symbolic_type
     env: dict[torch.fx.Node, Any] = {}  # FX node -> Ref | Python scalar | tuple of those
@@ -101,9 +120,11 @@ def fx_to_ir(gm: torch.fx.GraphModule, specs: list[Any], name: str = "graph",
             raise Unsupported(f"unexpected symbolic literal {value}")
         return value
 
-    for ph, spec in zip(placeholders, specs):
+    for k, (ph, spec) in enumerate(zip(placeholders, specs)):
         if isinstance(spec, TensorType):
-            env[ph] = add(Node(_ident(ph.name), PARAMETER, type=spec))
+            st = _input_strides(spec, strides[k]) if strides else None
+            env[ph] = add(Node(_ident(ph.name), PARAMETER, type=spec,
+                               kwargs=(("strides", st),) if st else ()))
         else:
             env[ph] = spec
 

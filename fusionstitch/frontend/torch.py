@@ -338,7 +338,10 @@ class CompiledGraph:
                 specs = binding.specs(args, hints)
             else:
                 specs = input_specs(args)
-            return fx_to_ir(devices.place(self.gm, device), specs, self.name, hints=hints)
+            strides = [tuple(a.stride()) if isinstance(a, torch.Tensor) and
+                       a.layout == torch.strided else None for a in args]
+            return fx_to_ir(devices.place(self.gm, device), specs, self.name, hints=hints,
+                            strides=strides)
 
         # placeholder number -> parameter number (numbers do not become parameters)
         param_of = {j: k for k, j in enumerate(

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .graph import CONSTANT, GETITEM, PARAMETER, Graph, Node, Ref, TensorLiteral, TupleType
+from .graph import (CONSTANT, GETITEM, PARAMETER, Graph, Node, Ref, TensorLiteral, TensorType,
+                    TupleType)
 from .ops import Category, infer_type, lookup
 
 __all__ = ["VerifyError", "verify", "verify_groups"]
@@ -43,8 +44,16 @@ def verify(g: Graph, *, check_types: bool = True) -> None:
                                       "topological order (every use after its definition)")
                 raise _fail(g, n, f"uses %{name}, which is not a node of the graph")
         if n.op == PARAMETER:
-            if n.args or n.kwargs:
-                raise _fail(g, n, "expected a parameter to have no arguments")
+            # a graph input's strides where they are not row-major (frontend/fx_to_ir:
+            # what its kernels expect at launch, codegen/view_strides.py)
+            strides = n.kwarg("strides")
+            if n.args or any(k != "strides" for k, _ in n.kwargs) or (
+                    strides is not None and not (
+                        isinstance(n.type, TensorType) and isinstance(strides, tuple)
+                        and len(strides) == len(n.type.shape)
+                        and all(type(s) is int and s >= 0 for s in strides))):
+                raise _fail(g, n, "expected a parameter to have no arguments (but its "
+                                  "strides: one int >= 0 per dim)")
         elif n.op == CONSTANT:
             _check_constant(g, n)
         elif n.op == GETITEM:

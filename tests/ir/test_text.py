@@ -302,3 +302,14 @@ def test_random_builder_graphs_round_trip(data):
     g = b.build(*outs)
     assert_round_trip(g)
     verify(g)
+
+
+def test_a_parameter_with_strides_round_trips():
+    """An input that is not row-major says its strides (frontend/fx_to_ir): in the body,
+    as a keyword of its parameter node."""
+    text = ("graph g(%y: f32[2]) {\n  %x: f32[4,8] = parameter(strides=[1, 4])\n"
+            "  %a: f32[4,8] = mul.Tensor(%x, 2)\n  return (%a, %y)\n}")
+    g = parse(text)
+    assert g["x"].kwarg("strides") == (1, 4)
+    assert print_graph(g) == text and parse(print_graph(g)) == g
+    verify(g)

@@ -98,6 +98,11 @@ def test_bad_getitem():
 
 def test_parameter_and_constant_rules():
     _raises(_with(_good(), "x", args=(1,)), "%x (parameter)", "no arguments")
+    # a parameter may say its strides (an input that is not row-major), one int per dim
+    verify(_with(_good(), "x", kwargs=(("strides", (1, 4)),)))
+    for bad in ((("strides", (1,)),), (("strides", (1.0, 4)),), (("strides", (-1, 4)),),
+                (("layout", (1, 4)),)):
+        _raises(_with(_good(), "x", kwargs=bad), "%x (parameter)", "no arguments")
     _raises(_with(_good(), "c", type=F4), "%c (constant)", "expected f32[8]")
     _raises(_with(_good(), "c", kwargs=(("value", 1.0),)), "%c (constant)", "TensorLiteral")
     _raises(_with(_good(), "c", kwargs=()), "%c (constant)", "TensorLiteral")
