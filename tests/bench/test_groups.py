@@ -96,6 +96,34 @@ def test_identical_groups_are_captured_once():
     assert sum(c.count for c in cases) >= len(cases)
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_symbolic_programs_and_programs_met_twice_replay(dynamic):
+    """A symbolic program's kernel reads its sizes from the program's size slots: the
+    replay gives them (Mixtral's experts raised IndexError); a Program met twice among
+    the compiled graphs is wrapped once (the second time found the first's recorders in
+    place: KeyError, Mixtral's layers)."""
+    def fn(x):
+        return torch.sigmoid(x) * x + 1
+
+    torch._dynamo.reset()
+    sink: list = []
+    compiled = torch.compile(fn, backend=fusionstitch.backend(target="cpu", _sink=sink),
+                             dynamic=dynamic)
+
+    def step():
+        with torch.no_grad():
+            compiled(torch.randn(37, 16))
+    step()
+    cases = capture(step, sink + sink, "test", target="cpu")
+    assert cases and (not dynamic or all(c.sizes for c in cases))
+    for c in cases:
+        c.run_ours()()
+        with torch.no_grad():
+            ref = c.gm(*c.inputs)
+        for g, r in zip(c.our_outputs(), ref):
+            torch.testing.assert_close(g, r)
+
+
 def test_copy_as_is_keeps_the_layout():
     base = torch.randn(8, 6)
     v = base[:, 2]
