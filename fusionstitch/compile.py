@@ -57,6 +57,9 @@ class Request:
     # positions of graph outputs whose memory layout the caller never sees (a training
     # forward's values saved for its backward): passes may pick their layout
     free_outputs: frozenset = frozenset()
+    # graph output position -> the order of its dims in eager's memory (outermost first)
+    # where that is not row-major: outputs our kernels compute are stored so
+    output_orders: dict = field(default_factory=dict)
     guards: symbolic.Guards = field(default_factory=symbolic.Guards)
     # the caller's policy for a built program (the frontend counts it, refuses its
     # fallbacks under FUSIONSTITCH_STRICT=all, logs them)
@@ -77,7 +80,7 @@ def frontend(req: Request, _: None) -> Graph:
 
 def canonicalise(req: Request, graph: Graph) -> Graph:
     return canonicalize(graph, verify=req.verify, dump=req.dump, target=req.target,
-                        free_outputs=req.free_outputs)
+                        free_outputs=req.free_outputs, output_orders=req.output_orders)
 
 
 def plan(req: Request, graph: Graph) -> FusionPlan:

@@ -353,6 +353,7 @@ class CompiledGraph:
             self.name, self.options.strategy, resolve(target), translate,
             execute=self.execute, device=device, mutated=mutated, static=bool(self._static),
             free_outputs=self.free_outputs if binding is None else frozenset(),
+            output_orders=self.eager_layouts,
             symbols=binding.symbols if binding is not None else None,
             verify=config.verify_enabled() and binding is None, accept=self._accept,
             runner=(lambda p: _symbolic_runner(p, binding)) if binding is not None else None,

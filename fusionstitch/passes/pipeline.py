@@ -13,6 +13,7 @@ from .dce import dce
 from .gemm_accumulate import accumulate_products
 from .distinct_outputs import keep_apart
 from .matvec import decompose_matvec
+from .output_layouts import spell_output_layouts
 from .read_copies import read_channels_last_copies
 from .simplify import fold_views
 from .view_hoist import hoist_views
@@ -25,7 +26,8 @@ Pass = Callable[[Graph], Graph]
 # work for an earlier one (CSE and DCE only merge or drop nodes, never making a
 # new view chain or a new all-constant node). conv_layout makes permute pairs on
 # purpose (a layout the runtime keeps); it must stay after fold_views. A pass
-# marked `needs_context` is called as run(graph, target, free_outputs).
+# marked `needs_context` is called as run(graph, target, free_outputs); one marked
+# `needs_orders` as run(graph, output_orders).
 PIPELINE: tuple[tuple[str, Pass, str], ...] = (
     ("unbroadcast_bmm", unbroadcast_bmm,
      "first: a bmm of broadcasts becomes one mm before matvec looks at bmm shapes"),
@@ -44,6 +46,10 @@ PIPELINE: tuple[tuple[str, Pass, str], ...] = (
      "after fold_views, which would cancel its permute pairs, and after CSE, so that "
      "twin convolutions are one; target-gated (Target.conv_layout: cpu runs convolutions "
      "channels-last)"),
+    ("output_layouts", spell_output_layouts,
+     "after fold_views, which would cancel its permute pair, and before read_copies, "
+     "whose rewrite then reaches a channels-last output's other readers; gets eager's "
+     "output layouts (output_orders)"),
     ("read_copies", read_channels_last_copies,
      "right after conv_layout, whose NHWC copies it has the other readers of a value read; "
      "target-gated as conv_layout is"),
@@ -57,7 +63,8 @@ PIPELINE: tuple[tuple[str, Pass, str], ...] = (
 
 def canonicalize(g: Graph, *, verify: bool = False,
                  dump: Callable[[str, Graph], None] | None = None,
-                 target=None, free_outputs: frozenset[int] = frozenset()) -> Graph:
+                 target=None, free_outputs: frozenset[int] = frozenset(),
+                 output_orders: dict[int, tuple[int, ...]] | None = None) -> Graph:
     """Run every pass of PIPELINE in order, then keep apart the outputs they merged
     (passes/distinct_outputs.py).
 
@@ -65,7 +72,9 @@ def canonicalize(g: Graph, *, verify: bool = False,
     read by the passes marked `needs_context` (conv_layout); None: no target-gated
     rewrite runs. free_outputs: positions of graph outputs whose memory layout the
     caller does not see (a training forward's values saved for its backward); the others
-    keep the layout eager gives them.
+    keep the layout eager gives them. output_orders: graph output position -> the order
+    of its dims in eager's memory, where that is not row-major (frontend/output_layout);
+    outputs our kernels compute are stored in it (passes/output_layouts.py).
 
     verify: check the graph with `ir.verify.verify` before the first pass and
     after each one. dump: called as dump(pass_name, graph) after each pass.
@@ -77,7 +86,12 @@ def canonicalize(g: Graph, *, verify: bool = False,
     given = g
     for name, run, _reason in PIPELINE:
         before = len(g)
-        g = run(g, target, free_outputs) if getattr(run, "needs_context", False) else run(g)
+        if getattr(run, "needs_context", False):
+            g = run(g, target, free_outputs)
+        elif getattr(run, "needs_orders", False):
+            g = run(g, output_orders or {})
+        else:
+            g = run(g)
         log.debug("pass %s: %d -> %d nodes", name, before, len(g))
         if check is not None:
             check(g)

@@ -42,7 +42,8 @@ def test_dump_called_once_per_pass_in_order():
     assert [name for name, _ in seen] == [name for name, _, _ in PIPELINE]
     assert [name for name, _, _ in PIPELINE] == ["unbroadcast_bmm", "matvec", "view_hoist",
                                                "fold_views",
-                                               "constant_fold", "cse", "conv_layout", "read_copies",
+                                               "constant_fold", "cse", "conv_layout", "output_layouts",
+                                               "read_copies",
                                                "gemm_accumulate", "dce"]
 
 
