@@ -345,10 +345,13 @@ class _Step(nn.Module):
         return (out.logits,)
 
 
-def build(arch: str, params: dict, device, dtype, train: bool) -> tuple:
+def build(arch: str, params: dict, device, dtype, train: bool,
+          channels_last: bool = False) -> tuple:
     """(fn, args, grad_params, mutated) of one architecture: the builder's model in
     `dtype` on `device`, in train or eval mode. The weights come from a generator seeded
-    with params["seed"], so every dtype gets the same model."""
+    with params["seed"], so every dtype gets the same model. `channels_last`: the model's
+    4-D weights and its image inputs in channels-last memory (PyTorch's advice for CNNs
+    on CPU; `<arch>_infer_cl`, `<arch>_train_cl`)."""
     import transformers as T
     g = torch.Generator().manual_seed(int(params.get("seed", 0)))
     torch.manual_seed(int(params.get("seed", 0)))   # Hugging Face's init draws globally
@@ -363,11 +366,16 @@ def build(arch: str, params: dict, device, dtype, train: bool) -> tuple:
     if live:   # a step must be deterministic: a config field was missed
         raise AssertionError(f"{arch}: dropout left on in {live[:3]}")
     model = model.to(device=device, dtype=dtype).train(train)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
     if not train and arch in SEQ2SEQ:   # the decoder's inputs (training shifts the labels)
         inputs["decoder_input_ids"] = labels
     keys = tuple(inputs) + (("labels",) if train else ())
     args = [t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device)
             for t in inputs.values()]
+    if channels_last:
+        args = [t.contiguous(memory_format=torch.channels_last)
+                if t.dim() == 4 and t.is_floating_point() else t for t in args]
     if train:
         args.append(labels.to(device))
     fn = _Step(model, keys, labels=train).train(train)
@@ -376,25 +384,37 @@ def build(arch: str, params: dict, device, dtype, train: bool) -> tuple:
     return fn, tuple(args), grads, buffers
 
 
+# the convolutional networks, also run channels-last (`<arch>_infer_cl`, `<arch>_train_cl`;
+# not in `names()` unless asked: the same models in another memory layout)
+CHANNELS_LAST = ("convnext", "resnet", "mobilenet_v2", "mobilevit")
+
+
 def _register() -> dict[str, Workload]:
     out = {}
     for arch in MODELS:
-        for mode, train in (("infer", False), ("train", True)):
-            out[f"{arch}_{mode}"] = Workload(
-                f"{arch}_{mode}", "train" if train else "inference",
-                f"transformers {arch} ({'train step: loss, backward' if train else 'inference'})",
-                _sizes(arch),
-                lambda p, device, dtype, a=arch, t=train: build(a, p, device, dtype, t),
-                loss_first=train)
+        for cl in ((False, True) if arch in CHANNELS_LAST else (False,)):
+            for mode, train in (("infer", False), ("train", True)):
+                name = f"{arch}_{mode}" + ("_cl" if cl else "")
+                out[name] = Workload(
+                    name, "train" if train else "inference",
+                    f"transformers {arch} ("
+                    + ('train step: loss, backward' if train else 'inference')
+                    + (", channels-last" if cl else "") + ")",
+                    _sizes(arch),
+                    lambda p, device, dtype, a=arch, t=train, c=cl: build(a, p, device, dtype,
+                                                                          t, c),
+                    loss_first=train)
     return out
 
 
 WORKLOADS: dict[str, Workload] = _register()
 
 
-def names(mode: str | None = None) -> list[str]:
-    """Model workload names, optionally only "train" or "inference" ones."""
-    return [n for n, w in WORKLOADS.items() if mode is None or w.mode == mode]
+def names(mode: str | None = None, channels_last: bool = False) -> list[str]:
+    """Model workload names, optionally only "train" or "inference" ones; the
+    channels-last runs of the convolutional networks only if `channels_last`."""
+    return [n for n, w in WORKLOADS.items() if (mode is None or w.mode == mode)
+            and (channels_last or not n.endswith("_cl"))]
 
 
 def make(name: str, size: str = "small", device="cpu", dtype=torch.float32,
