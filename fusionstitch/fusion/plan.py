@@ -225,7 +225,13 @@ def detach_views(graph: Graph, names) -> frozenset:
       to `relu(x)`); it runs after the kernel, a real view of the stored source.
       So too a permute of a copy (`clone`) made in the group: the copy is there to
       store its value in the permuted order (passes/conv_layout.py hands torch
-      channels-last tensors so), which storing the permute would undo.
+      channels-last tensors so), which storing the permute would undo. And a permute
+      that leaves the group (not a graph output) of a value computed in it: the kernel
+      stores the value in its own order, the order it computes it in, and the permute's
+      readers read that memory through the permute's strides (a convolution takes it as
+      the channels-last tensor it wants: convnext's layer norm over the channels of an
+      NHWC value, permuted back to NCHW, stored transposed for a convolution that wanted
+      it channels-last).
 
     Alone, such a view is a free group: a view as eager gives, no data moved."""
     names = set(names)
@@ -249,7 +255,9 @@ def detach_views(graph: Graph, names) -> frozenset:
             if any(u in names for u in graph.users[n]):
                 continue
             if src in outputs or any(u not in names and u != n for u in graph.users[src]) \
-                    or (graph[src].op == LAYOUT_COPY and node.op in PERMUTES):
+                    or (graph[src].op == LAYOUT_COPY and node.op in PERMUTES) \
+                    or (node.op in PERMUTES and n not in outputs
+                        and not lookup(graph[src].op).view):
                 names.discard(n)
                 changed = True
     return frozenset(names)

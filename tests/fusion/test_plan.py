@@ -51,3 +51,29 @@ def test_views_are_not_stored_next_to_their_source():
     plan = plan_from_groups(g, [{"v", "e", "r", "a", "t", "u"}], "test")
     assert [grp.kind for grp in plan.groups if "a" in grp.nodes] == [FREE]
     assert [grp.nodes for grp in plan.groups if grp.kind == KERNEL] == [("e", "r", "t", "u")]
+
+
+def test_a_permute_leaving_its_group_is_a_view_of_the_stored_value():
+    """convnext's layer norm over the channels of an NHWC value, permuted back to NCHW
+    for a convolution and a residual add: the kernel stores the value in the order it
+    computes it (NHWC rows, stores along memory) and the permute is a view after it (the
+    convolution gets the channels-last tensor it wants); a permute read inside the
+    group stays, and so does a graph output of the caller's layout when nothing else
+    makes the kernel store its source."""
+    from fusionstitch.fusion.plan import detach_views
+    from fusionstitch.ir.text import parse
+    g = parse("""graph ln(%x: f32[2,4,4,8], %w: f32[8]) {
+  %m: f32[2,4,4,8] = mul.Tensor(%x, %w)
+  %p: f32[2,8,4,4] = permute.default(%m, [0, 3, 1, 2])
+  %q: f32[2,8,4,4] = permute.default(%m, [0, 3, 1, 2])
+  %s: f32[2,8,4,4] = sigmoid.default(%q)
+  %r: f32[2,8,4,4] = relu.default(%p)
+  return (%r, %s)
+}""")
+    assert detach_views(g, {"m", "p", "q", "s"}) == {"m", "q", "s"}
+    out = parse("""graph out(%x: f32[2,4,4,8], %w: f32[8]) {
+  %m: f32[2,4,4,8] = mul.Tensor(%x, %w)
+  %o: f32[2,8,4,4] = permute.default(%m, [0, 3, 1, 2])
+  return (%o)
+}""")
+    assert detach_views(out, {"m", "o"}) == {"m", "o"}
