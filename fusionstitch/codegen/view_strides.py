@@ -35,6 +35,9 @@ from ..ir.graph import GETITEM, PARAMETER, Graph, Ref, TensorType
 from ..ir.ops import Category, call_reference, lookup
 from ..ir.symbolic import hint
 
+# the roots taken as row-major: what our kernels and GEMMs write
+_ROW_MAJOR = frozenset({Category.ELEMENTWISE, Category.REDUCE, Category.DOT})
+
 # how many library calls deep a layout is followed back (their inputs' layouts decide
 # theirs: a convolution of a convolution's channels-last result); past it, row-major
 _DEPTH = 4
@@ -94,8 +97,10 @@ def _meta(graph: Graph, name: str, memo: dict, depth: int):
                 return None
             env[r] = v
         out = call_reference(node.op, node.args, node.kwargs, env)
-    else:
+    elif node.op == PARAMETER or d.category in _ROW_MAJOR:
         out = _row_major(node.type)
+    else:
+        out = None      # data movement, sources: as before, not followed
     memo[name] = out
     return out
 
