@@ -31,19 +31,9 @@ def test_vision_model_matches_eager(name):
 # graph inputs, convolutions and outputs in another layout than row-major (CI: two of them)
 CHANNELS_LAST = ("resnet", "mobilenet_v2") if SIZE == "small" else \
     ("convnext", "resnet", "mobilenet_v2", "mobilevit")
-# not strict: eager's luck, which differs by CPU (oneDNN's kernels per ISA)
-CL_ROUNDING = {"mobilenet_v2_train_cl": (
-    "the judge's 3x-eager rule on one tensor: the stem batch norm's bias gradient is "
-    "5.4e-5 from float64 (ours NCHW 4.5e-5, eager NCHW 3.3e-5), eager channels-last's "
-    "1.35e-5 (2026-12-02, AVX-512): eager's rounding is luckier here, ours is at its "
-    "NCHW level")}
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(p.values[0] + "_cl", id=p.id + "_cl",
-                 marks=[pytest.mark.xfail(reason=CL_ROUNDING[p.values[0] + "_cl"],
-                                          strict=False)]
-                 if p.values[0] + "_cl" in CL_ROUNDING else [])
-    for p in selected(CHANNELS_LAST)])
+@pytest.mark.parametrize("name", [pytest.param(p.values[0] + "_cl", id=p.id + "_cl")
+                                  for p in selected(CHANNELS_LAST)])
 def test_channels_last_model_matches_eager(name):
     check_model(name, SIZE, "cpu")
