@@ -21,8 +21,9 @@ Values between groups come with the layout whoever wrote them gave them:
 The strides are worked out by running the chain on fake CPU tensors: row-major for what
 we write, the library op itself on fake tensors of its inputs' expected layouts (fake
 tensors give eager's strides, as AOTAutograd's tracing relies on; the meta device's
-kernels do not always: a convolution of channels-last input is contiguous there). The strides are
-an expectation only: the cpu target prints its dense version for them
+kernels do not always: a convolution of channels-last input is contiguous there). The
+roots we do not know (data movement, sources) are not followed. The strides are an
+expectation only: the cpu target prints its dense version for them
 (`targets/cpp/index.expected_values`) and checks them at launch; other strides take the
 general version, never wrong numbers.
 """
@@ -70,7 +71,8 @@ def _row_major(t) -> torch.Tensor | None:
 
 
 def _meta(graph: Graph, name: str, memo: dict, depth: int):
-    """A meta tensor (or tuple) of `name` with the layout expected at launch."""
+    """A fake tensor (or tuple) of `name` with the layout expected at launch; None where
+    it is not known."""
     if name in memo:
         return memo[name]
     node = graph[name]

@@ -78,7 +78,8 @@ def _restrides(monkeypatch):
 cl = dict(memory_format=torch.channels_last)
 CASES = {
     # an elementwise chain of a channels-last image (eager keeps channels-last)
-    "channels_last": (lambda x: torch.sigmoid(x) * x + 1, lambda: [torch.randn(2, 16, 8, 8).to(**cl)]),
+    "channels_last": (lambda x: torch.sigmoid(x) * x + 1,
+                      lambda: [torch.randn(2, 16, 8, 8).to(**cl)]),
     # a transposed matrix's elementwise result (eager keeps the transpose's order)
     "transposed": (lambda a: torch.exp(a) * 2, lambda: [torch.randn(64, 48).t()]),
     # batch norm (eval) + relu after a channels-last convolution, and a residual
