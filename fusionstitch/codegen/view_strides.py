@@ -29,6 +29,9 @@ general version, never wrong numbers.
 """
 from __future__ import annotations
 
+import threading
+import weakref
+
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -46,9 +49,40 @@ _DEPTH = 4
 
 def expected_strides(graph: Graph, name: str, element: int | None = None
                      ) -> tuple[int, ...] | None:
+    cache = _cache_of(graph)
+    key = (name, element)
+    if key not in cache.results:
+        cache.results[key] = _expected(cache, name, element)
+    return cache.results[key]
+
+
+class _Cache:
+    """The answers for one graph, and the fake tensors they were worked out from (in
+    the one fake mode they belong to): planning lowers every candidate group of a graph
+    and asks for the same inputs again and again (mobilenet_v2_train: 3309 questions,
+    1.7 s of a 15 s compile when each was worked out anew)."""
+
+    def __init__(self, graph: Graph):
+        self.graph = weakref.ref(graph)
+        self.mode = FakeTensorMode()
+        self.memo: dict = {}        # (name, depth left) -> fake tensor, tuple or None
+        self.results: dict = {}     # (name, element) -> strides or None
+
+
+_last = threading.local()           # the graph asked about last, per thread
+
+
+def _cache_of(graph: Graph) -> _Cache:
+    cache = getattr(_last, "cache", None)
+    if cache is None or cache.graph() is not graph:
+        cache = _last.cache = _Cache(graph)
+    return cache
+
+
+def _expected(cache: _Cache, name: str, element: int | None) -> tuple[int, ...] | None:
     try:
-        with FakeTensorMode():
-            out = _meta(graph, name, {}, _DEPTH)
+        with cache.mode:
+            out = _meta(cache.graph(), name, cache.memo, _DEPTH)
     except Exception:       # a symbolic argument, an op without a meta kernel: not known
         return None
     if element is not None:
@@ -72,9 +106,10 @@ def _row_major(t) -> torch.Tensor | None:
 
 def _meta(graph: Graph, name: str, memo: dict, depth: int):
     """A fake tensor (or tuple) of `name` with the layout expected at launch; None where
-    it is not known."""
-    if name in memo:
-        return memo[name]
+    it is not known. `memo` is keyed by the depth left too: an answer cut short by the
+    depth is not the answer to a question asked from closer."""
+    if (name, depth) in memo:
+        return memo[name, depth]
     node = graph[name]
     d = lookup(node.op)
     first = node.args[0] if node.args else None
@@ -95,7 +130,7 @@ def _meta(graph: Graph, name: str, memo: dict, depth: int):
         for r in _refs(node):
             v = _meta(graph, r, memo, depth - 1)
             if v is None:
-                memo[name] = None
+                memo[name, depth] = None
                 return None
             env[r] = v
         out = call_reference(node.op, node.args, node.kwargs, env)
@@ -103,7 +138,7 @@ def _meta(graph: Graph, name: str, memo: dict, depth: int):
         out = _row_major(node.type)
     else:
         out = None      # data movement, sources: as before, not followed
-    memo[name] = out
+    memo[name, depth] = out
     return out
 
 

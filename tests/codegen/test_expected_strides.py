@@ -136,3 +136,32 @@ def test_wrong_expectations_give_right_numbers():
                        dynamic=True)
     for x in (torch.randn(40, 512)[:, :256], torch.randn(40, 256), torch.randn(256, 40).t()):
         torch.testing.assert_close(fn(x), F.silu(x) * 3)
+
+
+def test_answers_do_not_depend_on_the_order_of_the_questions():
+    """expected_strides keeps its answers per graph (planning asks the same ones again
+    and again); each answer is the one a fresh graph gives, asked in any order (its
+    memo is keyed by the depth left: a library call followed from far is cut short)."""
+    from fusionstitch.codegen.view_strides import expected_strides
+    from fusionstitch.frontend.build import GraphBuilder
+    from fusionstitch.ir.graph import Graph
+    b = GraphBuilder()
+    x = b.param((2, 4, 9, 8))
+    w = b.param((4, 4, 3, 3))
+    y = x
+    for _ in range(6):          # a chain of convolutions longer than the depth followed
+        y = b.op("convolution.default", y, w, None, [1, 1], [1, 1], [1, 1], False,
+                 [0, 0], 1)
+    b.op("permute.default", y, [0, 2, 3, 1])
+    g = b.build(y)
+    g = Graph(tuple(n.replace(kwargs=(("strides", (288, 1, 32, 4)),))
+                    if n.name == x.name else n for n in g.nodes), g.outputs, g.name)
+    names = [n.name for n in g.nodes]
+
+    def fresh(name):
+        return expected_strides(Graph(g.nodes, g.outputs, g.name), name)
+    want = {n: fresh(n) for n in names}
+    assert any(want.values())
+    h = Graph(g.nodes, g.outputs, g.name)
+    assert {n: expected_strides(h, n) for n in reversed(names)} == want
+    assert {n: expected_strides(h, n) for n in names} == want
