@@ -33,6 +33,7 @@ from ..ir.graph import (CONSTANT, GETITEM, PARAMETER, Graph, Node, Ref, TensorLi
                         TensorType, TupleType, Type, dtype_name)
 from ..ir.ops import effect_type, infer_type, lookup, op_name, type_of_value
 from ..ir.symbolic import hint
+from .output_layout import row_major, same_layout
 
 log = logging.getLogger("fusionstitch.frontend")
 _logged_fallback_ops: set[str] = set()
@@ -73,12 +74,8 @@ def _input_strides(spec: TensorType, strides) -> tuple[int, ...] | None:
     if strides is None or len(strides) != len(spec.shape):
         return None
     shape = hint(spec.shape)
-    row = 1
-    for d in reversed(range(len(shape))):
-        if shape[d] != 1 and strides[d] != row:
-            return tuple(int(s) for s in strides)
-        row *= shape[d]
-    return None
+    return None if same_layout(shape, strides, row_major(shape)) else \
+        tuple(int(s) for s in strides)
 
 
 def _log_fallback(op: str) -> None:

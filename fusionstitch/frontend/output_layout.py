@@ -58,7 +58,7 @@ def user_orders(gm: torch.fx.GraphModule) -> list[tuple[int, ...] | None]:
             continue
         # outermost first: larger strides first; a size-1 dim's place does not matter
         order = tuple(sorted(range(len(shape)), key=lambda d: (-stride[d], d)))
-        if not _same_layout(shape, _strides(shape, order), _row_major(shape)) or \
+        if not same_layout(shape, _strides(shape, order), row_major(shape)) or \
                 _permuted_view(node):
             found[-1] = order
     return found
@@ -118,7 +118,7 @@ def restride(outs: list, expected: dict[int, tuple[int, ...]], inputs: list) -> 
             continue
         shape = tuple(t.shape)
         stride = _strides(shape, order)
-        if _same_layout(shape, t.stride(), stride):
+        if same_layout(shape, t.stride(), stride):
             continue
         if id(t) in copies:
             outs[i] = copies[id(t)]
@@ -129,7 +129,7 @@ def restride(outs: list, expected: dict[int, tuple[int, ...]], inputs: list) -> 
         if t.untyped_storage().data_ptr() in storages:
             continue
         view = _view_of_moved(t, moved)
-        if view is not None and _same_layout(shape, view.stride(), stride):
+        if view is not None and same_layout(shape, view.stride(), stride):
             copies[id(t)] = outs[i] = view
             continue
         copy = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
@@ -227,7 +227,7 @@ def _strides(shape: tuple[int, ...], order: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(strides)
 
 
-def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, n = [], 1
     for d in reversed(shape):
         strides.append(n)
@@ -246,6 +246,6 @@ def _dense(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     return True
 
 
-def _same_layout(shape: tuple[int, ...], a, b) -> bool:
+def same_layout(shape: tuple[int, ...], a, b) -> bool:
     """The same memory layout: strides equal on every dim longer than 1."""
     return all(x == y for x, y, d in zip(a, b, shape) if d > 1)

@@ -26,9 +26,7 @@ import torch
 
 from ..ir.graph import PARAMETER, Graph, Node, Ref, TensorType, fresh_name
 from ..ir.ops import Category, lookup
-
-PERMUTE = "permute.default"
-CLONE = "clone.default"
+from .conv_layout import CLONE, PERMUTE
 
 _COMPUTED = frozenset({Category.ELEMENTWISE, Category.REDUCE, Category.DATA_MOVEMENT})
 

@@ -123,7 +123,7 @@ def test_dense_orders_only():
     assert output_layout._dense((2, 3), (3, 1)) and output_layout._dense((2, 3), (1, 2))
     assert not output_layout._dense((2, 3), (6, 2))          # a gap
     assert not output_layout._dense((2, 3), (0, 1))          # broadcast: overlapping
-    assert output_layout._same_layout((1, 3), (7, 1), (3, 1))  # a size-1 dim's stride
+    assert output_layout.same_layout((1, 3), (7, 1), (3, 1))  # a size-1 dim's stride
 
 
 @pytest.mark.parametrize("replay", [True, False], ids=["view_replay", "as_strided"])
