@@ -112,8 +112,9 @@ class _Recorder:
     """Stands in for a KernelStep in a Program's steps: copies its inputs (and the values of
     a symbolic program's size slots, which its kernels read), then runs it."""
 
-    def __init__(self, step, seen: list):
-        self.step, self.seen = step, seen
+    def __init__(self, step):
+        self.step = step
+        self.seen: list = []        # each call's inputs, copied
         self.sizes: dict = {}       # of the first call, as seen[0]
 
     def __call__(self, values: list, pool=None) -> None:
@@ -280,8 +281,7 @@ def capture(run_step: Callable[[], None], sink: list, source: str,
     else:
         def source_of(k):
             return triton_source(k, interpret=target == "interpret")[1]
-    wrapped = []      # (program, original steps, [(group, step, seen)])
-    recorders: dict = {}
+    wrapped = []      # (program, original steps, [(group, step, its recorder)])
     programs = set()  # graphs of the same structure share one Program: wrapped once
     for cg in sink:
         for spec in cg.specialisations.values():
@@ -297,12 +297,11 @@ def capture(run_step: Callable[[], None], sink: list, source: str,
                 if kind != "generated":
                     continue
                 step, dead = payload
-                seen: list = []
-                recorders[id(step)] = _Recorder(step, seen)
-                program.steps[i] = (kind, (recorders[id(step)], dead))
+                recorder = _Recorder(step)
+                program.steps[i] = (kind, (recorder, dead))
                 gid = by_step[id(step)]
                 group = next(g for g in kernel_groups if g.id == gid)
-                entries.append((group, step, seen))
+                entries.append((group, step, recorder))
             # the generated per-call code launches kernels inline, past program.steps:
             # the interpreter runs the recording call
             generating = program.generating
@@ -316,7 +315,8 @@ def capture(run_step: Callable[[], None], sink: list, source: str,
             program.use_generated(generating)
     cases: dict[tuple, GroupCase] = {}
     for gname, spec, _, _, entries, _ in wrapped:
-        for group, step, seen in entries:
+        for group, step, recorder in entries:
+            seen = recorder.seen
             if not seen:
                 continue
             k = step.kernel
@@ -329,7 +329,8 @@ def capture(run_step: Callable[[], None], sink: list, source: str,
             cases[key] = GroupCase(
                 source=source, graph=gname, group_id=group.id,
                 cls=cls or kernel_class(k), n_ops=len(group.nodes), numel=_numel(k),
-                step=step, inputs=seen[0], sizes=recorders[id(step)].sizes, gm=group_fx(spec.graph, group.nodes, k),
+                step=step, inputs=seen[0], sizes=recorder.sizes,
+                gm=group_fx(spec.graph, group.nodes, k),
                 ir_text=group_ir(spec.graph, group.nodes, k), schedule=_schedule(group, k),
                 cpp=cpp)
     return list(cases.values())
