@@ -41,6 +41,10 @@ TILE_ROWS = 16
 TILE_COLS = 64
 MIN_ROW = 16
 MIN_COSTLY_ROW = 2
+# a static loop in rows over three or more sizes whose rows are shorter than MIN_ROW runs
+# as nested loops, one per size (FlatLoops.nested); the leading ones are collapsed into
+# the parallel loop until it has at least NEST_PARALLEL iterations
+NEST_PARALLEL = 64
 COSTLY_OPS = TRANSCENDENTAL_OPS     # math functions: a libmvec or preamble call each
 
 
@@ -95,6 +99,9 @@ class FlatLoops:
             return
         if self.across_rows(c.body, rows):
             self.flat_across_rows(depth, c, rows, simd)
+            return
+        if self.nested(c, rows):
+            self.flat_nested(depth, c, rows, simd)
             return
         if self.tiled(c, rows):
             self.flat_tiled(depth, c, rows, simd)
@@ -343,6 +350,57 @@ class FlatLoops:
         self.stmts(d + 2, c.body, {}, None)
         self.rows = self.xo_digits = None
         for dd in range(d + 1, depth - 1, -1):
+            self.emit(dd, "}")
+
+    def nested(self, c: Component, rows) -> bool:
+        """Whether the loop in rows runs as nested loops over every row size
+        (`flat_nested`): three or more sizes of constant binding whose product is xnumel, rows shorter
+        than MIN_ROW and no row cache. In rows, each short row paid its base offsets'
+        divisions and a vector loop's set-up for a few elements: a convolution's patches
+        gathered as GEMM rows [4096, 3 * 2 * 2] (the [..., C, kh, kw] copy of every
+        patchify convolution) took 0.19 ms against Inductor's nested loops' 0.03."""
+        def static(e):      # sizes the same at every launch: the loops cover x exactly
+            return E.evaluate(e, lambda s: self.constants.get(s.name))
+        values = [static(r) for r in rows]
+        total = static(c.xnumel)
+        return len(rows) >= 3 and None not in values and total is not None \
+            and math.prod(values) == total and values[-1] < MIN_ROW \
+            and not self.row_cache(c.body, rows)
+
+    def flat_nested(self, depth: int, c: Component, rows, simd: str) -> None:
+        """The flat loop as one loop per row size, in order, xi innermost (`nested`): x =
+        ((xa0 * R1 + xa1) ...) * C + xi; index digits of xo over the rows are the loop
+        variables, so no access divides, and an offset reading only the outer variables
+        is computed once per row."""
+        sizes = [self.index(r, {}) for r in rows]
+        values = [lowering_value(r, self.expected) for r in rows]
+        lead = len(rows) - 1
+        collapse = 1
+        while collapse < lead and math.prod(values[:collapse]) < NEST_PARALLEL:
+            collapse += 1
+        self.emit(depth, f"// x = ((xa0 * R1 + xa1) ...) * {sizes[-1]} + xi: nested loops")
+        clause = f" collapse({collapse})" if collapse > 1 else ""
+        self.emit(depth, f"#pragma omp parallel for{clause} schedule(static) "
+                         f"if(parallel: xnumel >= {PARALLEL_GRAIN})")
+        d = depth
+        for k in range(lead):
+            self.emit(d, f"for (int64_t xa{k} = 0; xa{k} < {sizes[k]}; ++xa{k}) {{")
+            d += 1
+        xo = "xa0"
+        for j in range(1, lead):
+            xo = f"({xo} * {sizes[j]} + xa{j})"
+        self.emit(d, f"const int64_t xo = {xo};")
+        with self.hoisting(d, {"xo"} | {f"xa{k}" for k in range(lead)}):
+            self.rows, self.xo_digits = rows, tuple(rows[:-1])
+            if simd:
+                self.emit(d, "#pragma omp simd")
+            self.emit(d, f"for (int64_t xi = 0; xi < {sizes[-1]}; ++xi) {{")
+            self.emit(d + 1, f"const int64_t x = xo * {sizes[-1]} + xi;")
+            self.masks(d + 1, c.body, "xmask")
+            self.stmts(d + 1, c.body, {}, None)
+            self.rows = self.xo_digits = None
+            self.emit(d, "}")
+        for dd in range(d - 1, depth - 1, -1):
             self.emit(dd, "}")
 
     def row_cache(self, body, rows) -> dict[str, tuple[str, str]]:
