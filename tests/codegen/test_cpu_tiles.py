@@ -108,3 +108,41 @@ def test_a_row_major_or_symbolic_view_expects_nothing():
         return x.view(-1) * 2, x.unsqueeze(0) + 1
     for graph, k in kernels(f, torch.randn(6, 5)):
         assert all(b.expected is None for b in k.inputs)
+
+
+def residual_cl(a, b):
+    """Two NHWC images summed as NCHW (a residual add of channels-last values)."""
+    return (a.permute(0, 3, 1, 2) + 0.5 * b.permute(0, 3, 1, 2)).contiguous()
+
+
+@pytest.mark.parametrize("case", ["nhwc_to_nchw", "residual_cl"])
+def test_transposed_operands_are_staged_through_register_transposes(case):
+    # a tile's NHWC operand read along W at a stride of C was one gather per element
+    # (2.5-3.5x Inductor's tiled transpositions); whole tiles now read it in 8 x 8 blocks
+    if case == "residual_cl":
+        fn, shapes = residual_cl, [(2, 9, 20, 32), (2, 9, 20, 32)]
+    else:
+        fn, *shapes = CASES[case]
+    srcs = [cpu.cpp_source(k) for _, k in kernels(fn, *sample(shapes))]
+    assert any("fs::tr8x8" in dense(s) for s in srcs if "// dense" in s), srcs
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_staged_tiles_give_eager_numbers(threads):
+    """Channels that are and are not a multiple of the tile's rows, rows shorter and
+    longer than a tile and not a multiple of it, one image and three, and operands of
+    other strides: every element exactly eager's."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for n, h, w, ch in [(2, 9, 20, 32), (1, 8, 8, 16), (3, 7, 9, 48), (2, 16, 20, 40),
+                            (1, 4, 70, 64)]:
+            torch._dynamo.reset()
+            c = torch.compile(residual_cl, backend=fusionstitch.backend(target="cpu"))
+            a, b = torch.randn(n, h, w, ch), torch.randn(n, h, w, ch)
+            with torch.no_grad():
+                torch.testing.assert_close(c(a, b), residual_cl(a, b), rtol=0, atol=0)
+                a2 = torch.randn(n, h, w, 2 * ch)[..., ::2]
+                torch.testing.assert_close(c(a2, b), residual_cl(a2, b), rtol=0, atol=0)
+    finally:
+        torch.set_num_threads(old)

@@ -300,6 +300,27 @@ class FlatLoops:
         self.emit(d, f"const int64_t xi_begin = xtile % xtiles * {TILE_COLS};")
         self.emit(d, f"const int64_t xi_stop = xi_begin + {TILE_COLS} < xinner ? "
                      f"xi_begin + {TILE_COLS} : xinner;")
+        staged = self.staged_loads(c, rows)
+        if staged:
+            # a whole tile reads its transposed operands through tiles of their own,
+            # each filled by 8 x 8 transpositions in registers; a partial one (the
+            # last rows or columns) reads them element by element
+            conds = [f"xo_end - xo_begin == {TILE_ROWS}", f"xi_stop - xi_begin == {TILE_COLS}",
+                     "xo_end * xinner <= xnumel"]
+            conds += sorted({t for _, _, cs in staged.values() for t in cs})
+            self.emit(d, f"if ({' && '.join(conds)}) {{")
+            self.stage(d + 1, staged, rows)
+            self.tile_rows(d + 1, c, rows, simd)
+            self.staged = {}
+            self.emit(d, "} else {")
+            self.tile_rows(d + 1, c, rows, simd)
+            self.emit(d, "}")
+        else:
+            self.tile_rows(d, c, rows, simd)
+        self.emit(depth, "}")
+
+    def tile_rows(self, d: int, c: Component, rows, simd: str) -> None:
+        """The rows of one tile (`flat_tiled`)."""
         self.emit(d, "for (int64_t xo = xo_begin; xo < xo_end; ++xo) {")
         # the last row may be partial
         self.emit(d + 1, "const int64_t xi_end = xi_stop < xnumel - xo * xinner ? xi_stop : "
@@ -315,7 +336,84 @@ class FlatLoops:
             self.rows = None
             self.emit(d + 1, "}")
         self.emit(d, "}")
-        self.emit(depth, "}")
+
+    def staged_loads(self, c: Component, rows) -> dict[str, tuple[Load, str, list[str]]]:
+        """The float loads of a tiled loop that read a tile transposed: xi at a stride of
+        two or more and the last digit of xo at unit stride (an NHWC operand read as
+        NCHW rows), the other terms fixed within an aligned tile of TILE_ROWS rows,
+        unmasked: {var: (load, its stride along xi printed, conditions)}, the conditions
+        (C text) that make the tile of rows consecutive in memory at run time (that unit
+        stride, the digit's size a multiple of TILE_ROWS) where the expected values are
+        not compile-time constants. Read element by element, each is a gather that
+        touches a new cache line per element (the sum of two channels-last images read
+        as NCHW: 2.5-3.5x Inductor's tiled transpositions)."""
+        out = {}
+        for s in c.body:
+            b = self.buffers.get(getattr(s, "buffer", None))
+            if not isinstance(s, Load) or s.mask not in (None, "xmask") or b is None \
+                    or b.dtype != "f32" or s.dtype != "f32":
+                continue
+            e = split_rows(self.form(s.index, True), rows)
+            terms = e.terms if isinstance(e, E.Add) else (e,)
+            along = unit = unit_coef = None
+            rest = []
+            for t in terms:
+                pos, coef = split_term(t, self.expected)
+                if pos == E.Var("xi") and along is None:
+                    along = coef
+                elif unit is None and lowering_value(coef, self.expected) == 1 \
+                        and self.row_digit(pos):
+                    unit, unit_coef = pos, coef
+                else:
+                    rest.append(t)
+            step = None if along is None else lowering_value(along, self.expected)
+            if step is None or step < 2 or unit is None:
+                continue
+            sizes = unit.sizes if isinstance(unit, E.Digit) else None
+            if not all(self.fixed_in_tile(t, sizes) for t in rest):
+                continue
+            conds = []
+            if unit_coef != E.ONE:
+                conds.append(f"{self.index(unit_coef, {})} == 1")
+            if sizes is not None:
+                conds.append(f"{self.index(sizes[-1], {})} % {TILE_ROWS} == 0")
+            out[s.var] = (s, self.index(along, {}), conds)
+        return out
+
+    @staticmethod
+    def row_digit(pos) -> bool:
+        """Whether `pos` is xo or its last digit over two or more sizes."""
+        return pos == E.Var("xo") or (isinstance(pos, E.Digit) and pos.base == E.Var("xo")
+                                      and pos.k == len(pos.sizes) - 1 and len(pos.sizes) >= 2)
+
+    def fixed_in_tile(self, t: E.Expr, sizes) -> bool:
+        """Whether term `t` has one value over an aligned tile of rows: it reads xo only
+        through digits before the last over `sizes`, and no other loop variable or
+        loaded value."""
+        if isinstance(t, E.Digit) and t.base == E.Var("xo"):
+            return sizes is not None and t.sizes == sizes and t.k < len(sizes) - 1 \
+                and all(self.fixed_in_tile(z, sizes) for z in t.sizes)
+        if isinstance(t, (E.Var, E.Value)):
+            return False
+        return all(self.fixed_in_tile(z, sizes) for z in E.children(t))
+
+    def stage(self, d: int, staged, rows) -> None:
+        """Fill each staged load's tile st[row][col] (TILE_ROWS x TILE_COLS, rows along
+        xo) from 8 x 8 blocks of its source, and have the loads read it."""
+        self.rows = rows
+        for var, (s, step, _) in staged.items():
+            name = self.names.fresh("st_" + self.var(var))
+            self.emit(d, f"alignas(64) float {name}[{TILE_ROWS * TILE_COLS}];")
+            self.emit(d, f"for (int64_t xib = 0; xib < {TILE_COLS}; xib += 8) {{")
+            self.emit(d + 1, f"for (int64_t xob = 0; xob < {TILE_ROWS}; xob += 8) {{")
+            self.emit(d + 2, "const int64_t xo = xo_begin + xob, xi = xi_begin + xib;")
+            src = f"{self.buf(s.buffer)}[{self.index(s.index, {}, access=True)}]"
+            self.emit(d + 2, f"fs::tr8x8(&{src}, {step}, {name} + xob * {TILE_COLS} + xib, "
+                             f"{TILE_COLS});")
+            self.emit(d + 1, "}")
+            self.emit(d, "}")
+            self.staged[var] = f"{name}[(xo - xo_begin) * {TILE_COLS} + (xi - xi_begin)]"
+        self.rows = None
 
     def xo_digit_var(self, e: E.Expr) -> E.Expr | None:
         if isinstance(e, E.Digit) and e.base == E.Var("xo") and e.sizes == self.xo_digits:

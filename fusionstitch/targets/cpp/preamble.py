@@ -296,6 +296,39 @@ FS_INLINE void call_packed(void (*f)(A...), const int64_t* a) {
     call_packed(f, a, std::index_sequence_for<A...>{});
 }
 
+// an 8 x 8 block of floats transposed: row i of `s` (8 contiguous floats at s + i * ls)
+// becomes column i of `d` (d[j * ld + i] = s[i * ls + j]), in registers: the staged
+// loads of a tiled flat loop (flat.py `staged_loads`), which read a transposed operand
+// contiguously instead of one gather per element
+FS_INLINE void tr8x8(const float* s, int64_t ls, float* d, int64_t ld) {
+#if defined(__GNUC__) && !defined(__clang__)
+    typedef float v8 __attribute__((vector_size(32)));
+    typedef int32_t m8 __attribute__((vector_size(32)));
+    v8 r[8], t[8], u[8];
+    for (int i = 0; i < 8; ++i) __builtin_memcpy(&r[i], s + i * ls, 32);
+    for (int i = 0; i < 4; ++i) {
+        t[2 * i] = __builtin_shuffle(r[2 * i], r[2 * i + 1], (m8){0, 8, 1, 9, 4, 12, 5, 13});
+        t[2 * i + 1] = __builtin_shuffle(r[2 * i], r[2 * i + 1], (m8){2, 10, 3, 11, 6, 14, 7, 15});
+    }
+    for (int i = 0; i < 2; ++i)
+        for (int k = 0; k < 2; ++k) {
+            u[4 * i + 2 * k] = __builtin_shuffle(t[4 * i + k], t[4 * i + k + 2],
+                                                 (m8){0, 1, 8, 9, 4, 5, 12, 13});
+            u[4 * i + 2 * k + 1] = __builtin_shuffle(t[4 * i + k], t[4 * i + k + 2],
+                                                     (m8){2, 3, 10, 11, 6, 7, 14, 15});
+        }
+    for (int k = 0; k < 4; ++k) {
+        const v8 lo = __builtin_shuffle(u[k], u[k + 4], (m8){0, 1, 2, 3, 8, 9, 10, 11});
+        const v8 hi = __builtin_shuffle(u[k], u[k + 4], (m8){4, 5, 6, 7, 12, 13, 14, 15});
+        __builtin_memcpy(d + k * ld, &lo, 32);
+        __builtin_memcpy(d + (k + 4) * ld, &hi, 32);
+    }
+#else
+    for (int i = 0; i < 8; ++i)
+        for (int j = 0; j < 8; ++j) d[j * ld + i] = s[i * ls + j];
+#endif
+}
+
 }  // namespace fs
 
 // `fs_chain(table, p)`: several kernels' `_packed` functions called in order in one

@@ -252,6 +252,8 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         # a transposed flat loop (FlatLoops.flat_transposed): the sizes xo is unravelled
         # over, each digit its own loop variable xa<k>
         self.xo_digits: tuple[E.Expr, ...] | None = None
+        # loads read from a transposed tile (FlatLoops.staged_loads): var -> C reference
+        self.staged: dict[str, str] = {}
         # the component version's unravellings with dims merged (index.merge_plan)
         self.merges: dict = {}
         # x's unravellings united in one finer one (refine.refine_plan)
@@ -499,7 +501,8 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
             b = self.buffers.get(s.buffer)
             if b is None:
                 raise CannotPrint(f"cpu backend: unknown buffer {s.buffer!r}")
-            ref = f"{self.buf(b.name)}[{self.index(s.index, env, access=True)}]"
+            ref = self.staged.get(s.var) or \
+                f"{self.buf(b.name)}[{self.index(s.index, env, access=True)}]"
             if b.dtype in HALVES:
                 ref = f"fs::{b.dtype}_to_f32({ref})"
             elif b.dtype == "b8":
