@@ -13,7 +13,12 @@ generator shows its quality, each at several sizes (1k to 16M elements):
   with an elementwise prologue and a broadcast epilogue (x - r); `softmax-d<dim>` and
   `layernorm` (over the last dim, with weight and bias);
 * `bcast-<kind>`: broadcasts of a row vector, a column vector, an outer product, and a
-  middle dim, under a transcendental.
+  middle dim, under a transcendental;
+* `layout-<kind>`: layout changes with a little arithmetic, the result contiguous: a
+  random permutation of a rank-4 (`perm4`) or rank-6 tensor of short dims (`perm6`),
+  an image's k x k patches gathered as the GEMM rows of a patchify convolution
+  (`patches-k2`, `patches-k4`), and the sum of two channels-last images read as NCHW
+  (`residual-cl`).
 
 `programs(sizes, seed)` lists them (deterministic: the same seed gives the same programs
 and inputs); `CorpusProgram.build()` returns `(fn, args)`. All are inference programs
@@ -153,6 +158,32 @@ def broadcast(kind: str) -> Callable:
     return fn
 
 
+def _factor(rng: random.Random, numel: int, rank: int, least: int = 2) -> tuple[int, ...]:
+    """A random shape of `rank` powers of two (each at least `least`) holding `numel`."""
+    bits = int(math.log2(numel))
+    dims = [least.bit_length() - 1] * rank
+    for _ in range(bits - sum(dims)):
+        dims[rng.randrange(rank)] += 1
+    return tuple(1 << d for d in dims)
+
+
+def permuted(order: tuple[int, ...]) -> Callable:
+    return lambda x, w: (x.permute(*order) * 2.0 + 1.0).contiguous()
+
+
+def patches(k: int) -> Callable:
+    """The rows [N * H/k * W/k, C * k * k] of a stride-k k x k convolution's patches."""
+    def fn(x, w):
+        n, c, h, ww = x.shape
+        p = x.reshape(n, c, h // k, k, ww // k, k).permute(0, 2, 4, 1, 3, 5)
+        return (p * w.view(1, 1, 1, 1, 1, -1)).reshape(-1, c * k * k)
+    return fn
+
+
+def residual_cl(a, b):
+    return (a.permute(0, 3, 1, 2) + 0.5 * b.permute(0, 3, 1, 2)).contiguous()
+
+
 def _inputs(seed: int, *shapes) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(*s, generator=g) for s in shapes]
@@ -203,4 +234,27 @@ def programs(sizes=DEFAULT_SIZES, seed: int = 0, classes=None) -> list[CorpusPro
         for kind in ("row", "col", "outer", "mid"):
             cls = f"bcast-{kind}"
             add(cls, size, 4, lambda kind=kind, xw=x_w(cls): (broadcast(kind), xw()))
+        for rank in (4, 6):
+            cls = f"layout-perm{rank}"
+            rng = random.Random(f"{seed}/{cls}/{size}")
+            shape = _factor(rng, n, rank)
+            order = tuple(rng.sample(range(rank), rank))
+            while order == tuple(range(rank)):
+                order = tuple(rng.sample(range(rank), rank))
+            add(cls, size, 3, lambda shape=shape, order=order, s=rng.randrange(1 << 30):
+                (permuted(order), _inputs(s, shape, (1,))))
+        for k in (2, 4):
+            cls = f"layout-patches-k{k}"
+            rng = random.Random(f"{seed}/{cls}/{size}")
+            c = rng.choice((3, 4, 8, 16))
+            batch = 4 if n >= 64 * c * k * k else 1
+            hw = max(k, int(math.sqrt(n // (c * batch))) // k * k)
+            shape = (batch, c, hw, hw)
+            add(cls, size, 2, lambda shape=shape, k=k, s=rng.randrange(1 << 30):
+                (patches(k), _inputs(s, shape, (k,))))
+        cls = "layout-residual-cl"
+        rng = random.Random(f"{seed}/{cls}/{size}")
+        nhwc = _factor(rng, n, 4, least=4)
+        add(cls, size, 3, lambda nhwc=nhwc, s=rng.randrange(1 << 30):
+            (residual_cl, _inputs(s, nhwc, nhwc)))
     return out

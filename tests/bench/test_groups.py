@@ -34,7 +34,7 @@ def test_corpus_is_deterministic_and_covers_the_classes():
     b = corpus.programs(("1k", "16k"), seed=3)
     assert [p.name for p in a] == [p.name for p in b]
     prefixes = {p.cls.split("-")[0] for p in a}
-    assert {"chain", "sim", "reduce", "softmax", "layernorm", "bcast"} <= prefixes
+    assert {"chain", "sim", "reduce", "softmax", "layernorm", "bcast", "layout"} <= prefixes
     for p, q in zip(a[:6], b[:6]):
         (f, xs), (g, ys) = p.build(), q.build()
         assert all(torch.equal(x, y) for x, y in zip(xs, ys))
