@@ -146,3 +146,47 @@ def test_staged_tiles_give_eager_numbers(threads):
                 torch.testing.assert_close(c(a2, b), residual_cl(a2, b), rtol=0, atol=0)
     finally:
         torch.set_num_threads(old)
+
+
+def test_a_leading_dim_brought_last_runs_in_tiles_along_its_digit():
+    # [32, 32, 16, 16] -> dims (3, 1, 2, 0): the contiguous dim 3 of the input is xo's
+    # leading digit; row by row each element was a new cache line (4x Inductor)
+    fn = lambda x: (x.permute(3, 1, 2, 0) * 2 + 1).contiguous()   # noqa: E731
+    srcs = [cpu.cpp_source(k) for _, k in kernels(fn, torch.randn(32, 32, 16, 16))]
+    d = [dense(s) for s in srcs if "// dense" in s]
+    assert any("along xo's digit 0" in s and "fs::tr8x8" in s for s in d), srcs
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tiles_along_a_digit_give_eager_numbers(threads):
+    """Random permutations of tensors whose dims are and are not multiples of 8 (tiles
+    whole and partial, digits of 8 to 40 values), rows of 8 to 70, strided inputs:
+    every element exactly eager's."""
+    import random
+    rng = random.Random(7)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for shape in [(24, 8, 4, 16), (16, 5, 3, 40), (9, 12, 7, 33), (3, 16, 2, 2, 8, 12),
+                      (40, 6, 70), (8, 8, 8, 8)]:
+            order = list(range(len(shape)))
+            while order == sorted(order):
+                rng.shuffle(order)
+            fn = lambda x, o=tuple(order): (x.permute(*o) * 2 + 1).contiguous()  # noqa: E731
+            torch._dynamo.reset()
+            c = torch.compile(fn, backend=fusionstitch.backend(target="cpu"))
+            x = torch.randn(*shape)
+            with torch.no_grad():
+                torch.testing.assert_close(c(x), fn(x), rtol=0, atol=0)
+                x2 = torch.randn(*shape[:-1], 2 * shape[-1])[..., ::2]
+                torch.testing.assert_close(c(x2), fn(x2), rtol=0, atol=0)
+            # the first and last dims swapped: tiles along xo's first digit, rows a
+            # digit's stride apart
+            swap = (len(shape) - 1, *range(1, len(shape) - 1), 0)
+            fn = lambda x, o=swap: (x.permute(*o) * 2 + 1).contiguous()  # noqa: E731
+            torch._dynamo.reset()
+            c = torch.compile(fn, backend=fusionstitch.backend(target="cpu"))
+            with torch.no_grad():
+                torch.testing.assert_close(c(x), fn(x), rtol=0, atol=0)
+    finally:
+        torch.set_num_threads(old)

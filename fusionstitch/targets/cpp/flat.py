@@ -106,6 +106,10 @@ class FlatLoops:
         if self.tiled(c, rows):
             self.flat_tiled(depth, c, rows, simd)
             return
+        k = self.tile_digit(c, rows)
+        if k is not None:
+            self.flat_tiled_along(depth, c, rows, simd, k)
+            return
         # x = xo * xinner + xi with 0 <= xi < xinner: the last digit of x over `rows` is
         # xi and the others are digits of xo, exactly, whatever xnumel is (the last row
         # may be partial). The inner loop divides nothing (broadcast operands) and
@@ -319,9 +323,16 @@ class FlatLoops:
             self.tile_rows(d, c, rows, simd)
         self.emit(depth, "}")
 
-    def tile_rows(self, d: int, c: Component, rows, simd: str) -> None:
-        """The rows of one tile (`flat_tiled`)."""
-        self.emit(d, "for (int64_t xo = xo_begin; xo < xo_end; ++xo) {")
+    def tile_rows(self, d: int, c: Component, rows, simd: str, step: str | None = None
+                  ) -> None:
+        """The rows of one tile (`flat_tiled`): consecutive rows xo_begin .. xo_end, or
+        with `step` (the stride of the tile's digit in xo, `flat_tiled_along`) xrows
+        rows xo = xo_begin + xr * step."""
+        if step is None:
+            self.emit(d, "for (int64_t xo = xo_begin; xo < xo_end; ++xo) {")
+        else:
+            self.emit(d, "for (int64_t xr = 0; xr < xrows; ++xr) {")
+            self.emit(d + 1, f"const int64_t xo = xo_begin + xr * {step};")
         # the last row may be partial
         self.emit(d + 1, "const int64_t xi_end = xi_stop < xnumel - xo * xinner ? xi_stop : "
                          "xnumel - xo * xinner;")
@@ -337,7 +348,88 @@ class FlatLoops:
             self.emit(d + 1, "}")
         self.emit(d, "}")
 
-    def staged_loads(self, c: Component, rows) -> dict[str, tuple[Load, str, list[str]]]:
+    def tile_digit(self, c: Component, rows) -> int | None:
+        """The digit k of xo (over rows[:-1], all of constant binding, their product
+        xnumel) that tiles run along (`flat_tiled_along`) when it is not the last: some
+        load or store reads it at unit stride and xi at a stride of two or more, over 8
+        or more values, rows of 8 or more. A permutation that brings a leading dim last
+        ([16, 32, 16, 32] from [32, 32, 16, 16] with dims 0 and 3 swapped) read a new
+        cache line per element, each read again only when that leading digit moved: 4x
+        Inductor's tiled copy."""
+        def static(e):
+            return E.evaluate(e, lambda s: self.constants.get(s.name))
+        values = [static(r) for r in rows]
+        if len(rows) < 3 or None in values or values[-1] < 8 \
+                or math.prod(values) != static(c.xnumel) or self.row_cache(c.body, rows):
+            return None
+        sizes = tuple(rows[:-1])
+        for s in c.body:
+            if not isinstance(s, (Load, Store)):
+                continue
+            e = split_rows(self.form(s.index, True), rows)
+            along, across = None, []
+            for t in e.terms if isinstance(e, E.Add) else (e,):
+                pos, coef = split_term(t, self.expected)
+                step = lowering_value(coef, self.expected)
+                if pos == E.Var("xi"):
+                    along = step
+                elif step == 1 and isinstance(pos, E.Digit) and pos.base == E.Var("xo") \
+                        and pos.sizes == sizes and values[pos.k] >= 8:
+                    across.append(pos.k)
+            if along is not None and abs(along) >= 2 and across:
+                return across[0]
+        return None
+
+    def flat_tiled_along(self, depth: int, c: Component, rows, simd: str, k: int) -> None:
+        """The loop in rows as tiles of TILE_ROWS (or 8) values of xo's digit k by
+        TILE_COLS elements of xi (`tile_digit`): x = xo * xinner + xi with xo = (a * Sk +
+        j) * step + b (Sk the digit's size, step the product of the sizes after it), a
+        tile one (a, b) and a block of j, its rows step apart."""
+        sizes = [self.index(r, {}) for r in rows]
+        size_k = E.evaluate(rows[k], lambda s: self.constants.get(s.name))
+        trows = TILE_ROWS if size_k >= TILE_ROWS else 8
+        step = " * ".join(f"({z})" for z in sizes[k + 1:-1]) or "1"
+        self.emit(depth, f"// x = xo * {sizes[-1]} + xi, in tiles of {trows} x {TILE_COLS} "
+                         f"along xo's digit {k} (stride {step})")
+        self.emit(depth, f"const int64_t xinner = {sizes[-1]};")
+        self.emit(depth, f"const int64_t xstep = {step};")
+        self.emit(depth, f"const int64_t xsk = {sizes[k]};")
+        self.emit(depth, f"const int64_t xkb = (xsk + {trows - 1}) / {trows};")
+        self.emit(depth, f"const int64_t xtiles = (xinner + {TILE_COLS - 1}) / {TILE_COLS};")
+        self.emit(depth, "const int64_t xgroups = xnumel / (xinner * xsk * xstep);")
+        self.emit(depth, f"#pragma omp parallel for schedule(static) "
+                         f"if(parallel: xnumel >= {PARALLEL_GRAIN})")
+        self.emit(depth, "for (int64_t xtile = 0; xtile < xgroups * xkb * xstep * xtiles; "
+                         "++xtile) {")
+        d = depth + 1
+        # xtile = ((a * xkb + jb) * xstep + b) * xtiles + t
+        self.emit(d, "const int64_t xt = xtile % xtiles, xq = xtile / xtiles;")
+        self.emit(d, "const int64_t xb = xq % xstep, xq2 = xq / xstep;")
+        self.emit(d, "const int64_t xjb = xq2 % xkb, xa = xq2 / xkb;")
+        self.emit(d, f"const int64_t xj_begin = xjb * {trows};")
+        self.emit(d, f"const int64_t xrows = xsk - xj_begin < {trows} ? xsk - xj_begin : "
+                     f"{trows};")
+        self.emit(d, "const int64_t xo_begin = (xa * xsk + xj_begin) * xstep + xb;")
+        self.emit(d, f"const int64_t xi_begin = xt * {TILE_COLS};")
+        self.emit(d, f"const int64_t xi_stop = xi_begin + {TILE_COLS} < xinner ? "
+                     f"xi_begin + {TILE_COLS} : xinner;")
+        staged = self.staged_loads(c, rows, k)
+        if staged:
+            conds = [f"xrows == {trows}", "(xi_stop - xi_begin) % 8 == 0"]
+            conds += sorted({t for _, _, cs in staged.values() for t in cs})
+            self.emit(d, f"if ({' && '.join(conds)}) {{")
+            self.stage(d + 1, staged, rows, trows, "xstep", "xr")
+            self.tile_rows(d + 1, c, rows, simd, "xstep")
+            self.staged = {}
+            self.emit(d, "} else {")
+            self.tile_rows(d + 1, c, rows, simd, "xstep")
+            self.emit(d, "}")
+        else:
+            self.tile_rows(d, c, rows, simd, "xstep")
+        self.emit(depth, "}")
+
+    def staged_loads(self, c: Component, rows, k: int | None = None
+                     ) -> dict[str, tuple[Load, str, list[str]]]:
         """The float loads of a tiled loop that read a tile transposed: xi at a stride of
         two or more and the last digit of xo at unit stride (an NHWC operand read as
         NCHW rows), the other terms fixed within an aligned tile of TILE_ROWS rows,
@@ -346,7 +438,9 @@ class FlatLoops:
         stride, the digit's size a multiple of TILE_ROWS) where the expected values are
         not compile-time constants. Read element by element, each is a gather that
         touches a new cache line per element (the sum of two channels-last images read
-        as NCHW: 2.5-3.5x Inductor's tiled transpositions)."""
+        as NCHW: 2.5-3.5x Inductor's tiled transpositions). With `k`, the tile's rows are
+        the values of xo's digit k (`flat_tiled_along`): that digit at unit stride, the
+        others fixed."""
         out = {}
         for s in c.body:
             b = self.buffers.get(getattr(s, "buffer", None))
@@ -362,7 +456,7 @@ class FlatLoops:
                 if pos == E.Var("xi") and along is None:
                     along = coef
                 elif unit is None and lowering_value(coef, self.expected) == 1 \
-                        and self.row_digit(pos):
+                        and self.row_digit(pos, None if k is None else (rows[:-1], k)):
                     unit, unit_coef = pos, coef
                 else:
                     rest.append(t)
@@ -370,49 +464,58 @@ class FlatLoops:
             if step is None or step < 2 or unit is None:
                 continue
             sizes = unit.sizes if isinstance(unit, E.Digit) else None
-            if not all(self.fixed_in_tile(t, sizes) for t in rest):
+            if not all(self.fixed_in_tile(t, sizes, unit.k if k is not None else None)
+                       for t in rest):
                 continue
             conds = []
             if unit_coef != E.ONE:
                 conds.append(f"{self.index(unit_coef, {})} == 1")
-            if sizes is not None:
+            if sizes is not None and k is None:
                 conds.append(f"{self.index(sizes[-1], {})} % {TILE_ROWS} == 0")
             out[s.var] = (s, self.index(along, {}), conds)
         return out
 
     @staticmethod
-    def row_digit(pos) -> bool:
-        """Whether `pos` is xo or its last digit over two or more sizes."""
+    def row_digit(pos, digit=None) -> bool:
+        """Whether `pos` is xo or its last digit over two or more sizes; with `digit`
+        (sizes, k): whether it is xo's digit k over those sizes."""
+        if digit is not None:
+            return isinstance(pos, E.Digit) and pos.base == E.Var("xo") \
+                and pos.sizes == tuple(digit[0]) and pos.k == digit[1]
         return pos == E.Var("xo") or (isinstance(pos, E.Digit) and pos.base == E.Var("xo")
                                       and pos.k == len(pos.sizes) - 1 and len(pos.sizes) >= 2)
 
-    def fixed_in_tile(self, t: E.Expr, sizes) -> bool:
-        """Whether term `t` has one value over an aligned tile of rows: it reads xo only
-        through digits before the last over `sizes`, and no other loop variable or
-        loaded value."""
+    def fixed_in_tile(self, t: E.Expr, sizes, k: int | None = None) -> bool:
+        """Whether term `t` has one value over a tile of rows: it reads xo only through
+        digits over `sizes` other than the tile's (the last, aligned; or `k`), and no
+        other loop variable or loaded value."""
         if isinstance(t, E.Digit) and t.base == E.Var("xo"):
-            return sizes is not None and t.sizes == sizes and t.k < len(sizes) - 1 \
-                and all(self.fixed_in_tile(z, sizes) for z in t.sizes)
+            tile = len(sizes) - 1 if sizes is not None and k is None else k
+            return sizes is not None and t.sizes == sizes and t.k != tile \
+                and all(self.fixed_in_tile(z, sizes, k) for z in t.sizes)
         if isinstance(t, (E.Var, E.Value)):
             return False
-        return all(self.fixed_in_tile(z, sizes) for z in E.children(t))
+        return all(self.fixed_in_tile(z, sizes, k) for z in E.children(t))
 
-    def stage(self, d: int, staged, rows) -> None:
-        """Fill each staged load's tile st[row][col] (TILE_ROWS x TILE_COLS, rows along
-        xo) from 8 x 8 blocks of its source, and have the loads read it."""
+    def stage(self, d: int, staged, rows, trows: int = TILE_ROWS, step: str | None = None,
+              row: str = "(xo - xo_begin)") -> None:
+        """Fill each staged load's tile st[row][col] (trows x TILE_COLS, rows along xo,
+        `step` apart when given) from 8 x 8 blocks of its source, and have the loads
+        read it (the tile's row number is `row` where they are printed)."""
         self.rows = rows
-        for var, (s, step, _) in staged.items():
+        first = "xo_begin + xob" if step is None else f"xo_begin + xob * {step}"
+        for var, (s, along, _) in staged.items():
             name = self.names.fresh("st_" + self.var(var))
-            self.emit(d, f"alignas(64) float {name}[{TILE_ROWS * TILE_COLS}];")
-            self.emit(d, f"for (int64_t xib = 0; xib < {TILE_COLS}; xib += 8) {{")
-            self.emit(d + 1, f"for (int64_t xob = 0; xob < {TILE_ROWS}; xob += 8) {{")
-            self.emit(d + 2, "const int64_t xo = xo_begin + xob, xi = xi_begin + xib;")
+            self.emit(d, f"alignas(64) float {name}[{trows * TILE_COLS}];")
+            self.emit(d, "for (int64_t xib = 0; xib < xi_stop - xi_begin; xib += 8) {")
+            self.emit(d + 1, f"for (int64_t xob = 0; xob < {trows}; xob += 8) {{")
+            self.emit(d + 2, f"const int64_t xo = {first}, xi = xi_begin + xib;")
             src = f"{self.buf(s.buffer)}[{self.index(s.index, {}, access=True)}]"
-            self.emit(d + 2, f"fs::tr8x8(&{src}, {step}, {name} + xob * {TILE_COLS} + xib, "
+            self.emit(d + 2, f"fs::tr8x8(&{src}, {along}, {name} + xob * {TILE_COLS} + xib, "
                              f"{TILE_COLS});")
             self.emit(d + 1, "}")
             self.emit(d, "}")
-            self.staged[var] = f"{name}[(xo - xo_begin) * {TILE_COLS} + (xi - xi_begin)]"
+            self.staged[var] = f"{name}[{row} * {TILE_COLS} + (xi - xi_begin)]"
         self.rows = None
 
     def xo_digit_var(self, e: E.Expr) -> E.Expr | None:
