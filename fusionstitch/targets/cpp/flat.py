@@ -304,24 +304,31 @@ class FlatLoops:
         self.emit(d, f"const int64_t xi_begin = xtile % xtiles * {TILE_COLS};")
         self.emit(d, f"const int64_t xi_stop = xi_begin + {TILE_COLS} < xinner ? "
                      f"xi_begin + {TILE_COLS} : xinner;")
-        staged = self.staged_loads(c, rows)
-        if staged:
-            # a whole tile reads its transposed operands through tiles of their own,
-            # each filled by 8 x 8 transpositions in registers; a partial one (the
-            # last rows or columns) reads them element by element
-            conds = [f"xo_end - xo_begin == {TILE_ROWS}", f"xi_stop - xi_begin == {TILE_COLS}",
-                     "xo_end * xinner <= xnumel"]
-            conds += sorted({t for _, _, cs in staged.values() for t in cs})
-            self.emit(d, f"if ({' && '.join(conds)}) {{")
-            self.stage(d + 1, staged, rows)
-            self.tile_rows(d + 1, c, rows, simd)
-            self.staged = {}
-            self.emit(d, "} else {")
-            self.tile_rows(d + 1, c, rows, simd)
-            self.emit(d, "}")
-        else:
-            self.tile_rows(d, c, rows, simd)
+        self.tile(d, c, rows, simd, self.staged_loads(c, rows),
+                  [f"xo_end - xo_begin == {TILE_ROWS}", f"xi_stop - xi_begin == {TILE_COLS}",
+                   "xo_end * xinner <= xnumel"], TILE_ROWS, None)
         self.emit(depth, "}")
+
+    def tile(self, d: int, c: Component, rows, simd: str, staged, whole: list[str],
+             trows: int, step: str | None) -> None:
+        """One tile's rows (`tile_rows`). With `staged` loads, a whole tile (`whole`, C
+        conditions) reads its transposed operands through tiles of their own, each
+        filled by 8 x 8 transpositions in registers; a partial one (the last rows or
+        columns) reads them element by element."""
+        if not staged:
+            self.tile_rows(d, c, rows, simd, step)
+            return
+        conds = whole + sorted({t for _, _, cs in staged.values() for t in cs})
+        self.emit(d, f"if ({' && '.join(conds)}) {{")
+        if step is None:
+            self.stage(d + 1, staged, rows)
+        else:
+            self.stage(d + 1, staged, rows, trows, step, "xr")
+        self.tile_rows(d + 1, c, rows, simd, step)
+        self.staged = {}
+        self.emit(d, "} else {")
+        self.tile_rows(d + 1, c, rows, simd, step)
+        self.emit(d, "}")
 
     def tile_rows(self, d: int, c: Component, rows, simd: str, step: str | None = None
                   ) -> None:
@@ -413,19 +420,8 @@ class FlatLoops:
         self.emit(d, f"const int64_t xi_begin = xt * {TILE_COLS};")
         self.emit(d, f"const int64_t xi_stop = xi_begin + {TILE_COLS} < xinner ? "
                      f"xi_begin + {TILE_COLS} : xinner;")
-        staged = self.staged_loads(c, rows, k)
-        if staged:
-            conds = [f"xrows == {trows}", "(xi_stop - xi_begin) % 8 == 0"]
-            conds += sorted({t for _, _, cs in staged.values() for t in cs})
-            self.emit(d, f"if ({' && '.join(conds)}) {{")
-            self.stage(d + 1, staged, rows, trows, "xstep", "xr")
-            self.tile_rows(d + 1, c, rows, simd, "xstep")
-            self.staged = {}
-            self.emit(d, "} else {")
-            self.tile_rows(d + 1, c, rows, simd, "xstep")
-            self.emit(d, "}")
-        else:
-            self.tile_rows(d, c, rows, simd, "xstep")
+        self.tile(d, c, rows, simd, self.staged_loads(c, rows, k),
+                  [f"xrows == {trows}", "(xi_stop - xi_begin) % 8 == 0"], trows, "xstep")
         self.emit(depth, "}")
 
     def staged_loads(self, c: Component, rows, k: int | None = None
