@@ -190,3 +190,13 @@ def test_tiles_along_a_digit_give_eager_numbers(threads):
                 torch.testing.assert_close(c(x), fn(x), rtol=0, atol=0)
     finally:
         torch.set_num_threads(old)
+
+
+def test_empty_permutations_run():
+    # a zero-size dim: no tile and no division by a zero size
+    fn = lambda x: (x.permute(3, 1, 2, 0) * 2 + 1).contiguous()   # noqa: E731
+    c = torch.compile(fn, backend=fusionstitch.backend(target="cpu"))
+    for shape in [(32, 0, 16, 16), (0, 32, 16, 16)]:
+        torch._dynamo.reset()
+        x = torch.randn(*shape)
+        assert c(x).shape == fn(x).shape

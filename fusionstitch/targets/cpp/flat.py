@@ -366,7 +366,7 @@ class FlatLoops:
         def static(e):
             return E.evaluate(e, lambda s: self.constants.get(s.name))
         values = [static(r) for r in rows]
-        if len(rows) < 3 or None in values or values[-1] < 8 \
+        if len(rows) < 3 or None in values or 0 in values or values[-1] < 8 \
                 or math.prod(values) != static(c.xnumel) or self.row_cache(c.body, rows):
             return None
         sizes = tuple(rows[:-1])
