@@ -321,11 +321,12 @@ class FlatLoops:
         conds = whole + sorted({t for _, _, cs in staged.values() for t in cs})
         self.emit(d, f"if ({' && '.join(conds)}) {{")
         if step is None:
-            self.stage(d + 1, staged, rows)
+            writes = self.stage(d + 1, staged, rows)
         else:
-            self.stage(d + 1, staged, rows, trows, step, "xr")
+            writes = self.stage(d + 1, staged, rows, trows, step, "xr")
         self.tile_rows(d + 1, c, rows, simd, step)
         self.staged = {}
+        self.write_staged(d + 1, writes, rows)
         self.emit(d, "} else {")
         self.tile_rows(d + 1, c, rows, simd, step)
         self.emit(d, "}")
@@ -426,22 +427,30 @@ class FlatLoops:
 
     def staged_loads(self, c: Component, rows, k: int | None = None
                      ) -> dict[str, tuple[Load, str, list[str]]]:
-        """The float loads of a tiled loop that read a tile transposed: xi at a stride of
-        two or more and the last digit of xo at unit stride (an NHWC operand read as
-        NCHW rows), the other terms fixed within an aligned tile of TILE_ROWS rows,
-        unmasked: {var: (load, its stride along xi printed, conditions)}, the conditions
+        """The float loads (and stores) of a tiled loop that read (write) a tile
+        transposed: xi at a stride of two or more and the last digit of xo at unit
+        stride (an NHWC operand read as NCHW rows, an NHWC copy written from them), the
+        other terms fixed within an aligned tile of TILE_ROWS rows, unmasked: {a load's
+        var or a store's id: (it, its stride along xi printed, conditions)}, the conditions
         (C text) that make the tile of rows consecutive in memory at run time (that unit
         stride, the digit's size a multiple of TILE_ROWS) where the expected values are
         not compile-time constants. Read element by element, each is a gather that
         touches a new cache line per element (the sum of two channels-last images read
-        as NCHW: 2.5-3.5x Inductor's tiled transpositions). With `k`, the tile's rows are
+        as NCHW: 2.5-3.5x Inductor's tiled transpositions); each store one scattered
+        store (an activation and its NHWC copy: 2.2x). With `k`, the tile's rows are
         the values of xo's digit k (`flat_tiled_along`): that digit at unit stride, the
         others fixed."""
         out = {}
         for s in c.body:
             b = self.buffers.get(getattr(s, "buffer", None))
-            if not isinstance(s, Load) or s.mask not in (None, "xmask") or b is None \
-                    or b.dtype != "f32" or s.dtype != "f32":
+            if not isinstance(s, (Load, Store)) or s.mask not in (None, "xmask") or b is None \
+                    or b.dtype != "f32":
+                continue
+            if isinstance(s, Load) and s.dtype != "f32":
+                continue
+            # a store is written when the tile is done: not one that accumulates, nor
+            # into a buffer that may alias another (an in-place output its loads read)
+            if isinstance(s, Store) and (s.accumulate or b.name in self.k.may_alias):
                 continue
             e = split_rows(self.form(s.index, True), rows)
             terms = e.terms if isinstance(e, E.Add) else (e,)
@@ -468,7 +477,7 @@ class FlatLoops:
                 conds.append(f"{self.index(unit_coef, {})} == 1")
             if sizes is not None and k is None:
                 conds.append(f"{self.index(sizes[-1], {})} % {TILE_ROWS} == 0")
-            out[s.var] = (s, self.index(along, {}), conds)
+            out[s.var if isinstance(s, Load) else id(s)] = (s, self.index(along, {}), conds)
         return out
 
     @staticmethod
@@ -494,15 +503,22 @@ class FlatLoops:
         return all(self.fixed_in_tile(z, sizes, k) for z in E.children(t))
 
     def stage(self, d: int, staged, rows, trows: int = TILE_ROWS, step: str | None = None,
-              row: str = "(xo - xo_begin)") -> None:
+              row: str = "(xo - xo_begin)") -> list:
         """Fill each staged load's tile st[row][col] (trows x TILE_COLS, rows along xo,
-        `step` apart when given) from 8 x 8 blocks of its source, and have the loads
-        read it (the tile's row number is `row` where they are printed)."""
+        `step` apart when given) from 8 x 8 blocks of its source, declare each staged
+        store's, and have the loads and stores print it (the tile's row number is `row`
+        where they are printed). Returns the stores' write-outs (`write_staged`)."""
         self.rows = rows
         first = "xo_begin + xob" if step is None else f"xo_begin + xob * {step}"
-        for var, (s, along, _) in staged.items():
-            name = self.names.fresh("st_" + self.var(var))
+        writes = []
+        for key, (s, along, _) in staged.items():
+            name = self.names.fresh("st_" + (self.var(key) if isinstance(s, Load)
+                                             else self.buf(s.buffer)))
             self.emit(d, f"alignas(64) float {name}[{trows * TILE_COLS}];")
+            self.staged[key] = f"{name}[{row} * {TILE_COLS} + (xi - xi_begin)]"
+            if isinstance(s, Store):
+                writes.append((s, along, name, trows, first))
+                continue
             self.emit(d, "for (int64_t xib = 0; xib < xi_stop - xi_begin; xib += 8) {")
             self.emit(d + 1, f"for (int64_t xob = 0; xob < {trows}; xob += 8) {{")
             self.emit(d + 2, f"const int64_t xo = {first}, xi = xi_begin + xib;")
@@ -511,7 +527,21 @@ class FlatLoops:
                              f"{TILE_COLS});")
             self.emit(d + 1, "}")
             self.emit(d, "}")
-            self.staged[var] = f"{name}[{row} * {TILE_COLS} + (xi - xi_begin)]"
+        self.rows = None
+        return writes
+
+    def write_staged(self, d: int, writes, rows) -> None:
+        """Each staged store's tile written to its buffer, transposed in 8 x 8 blocks."""
+        self.rows = rows
+        for s, along, name, trows, first in writes:
+            self.emit(d, "for (int64_t xib = 0; xib < xi_stop - xi_begin; xib += 8) {")
+            self.emit(d + 1, f"for (int64_t xob = 0; xob < {trows}; xob += 8) {{")
+            self.emit(d + 2, f"const int64_t xo = {first}, xi = xi_begin + xib;")
+            dst = f"{self.buf(s.buffer)}[{self.index(s.index, {}, access=True)}]"
+            self.emit(d + 2, f"fs::tr8x8({name} + xob * {TILE_COLS} + xib, {TILE_COLS}, "
+                             f"&{dst}, {along});")
+            self.emit(d + 1, "}")
+            self.emit(d, "}")
         self.rows = None
 
     def xo_digit_var(self, e: E.Expr) -> E.Expr | None:

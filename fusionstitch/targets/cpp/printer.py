@@ -252,7 +252,8 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         # a transposed flat loop (FlatLoops.flat_transposed): the sizes xo is unravelled
         # over, each digit its own loop variable xa<k>
         self.xo_digits: tuple[E.Expr, ...] | None = None
-        # loads read from a transposed tile (FlatLoops.staged_loads): var -> C reference
+        # loads and stores through a transposed tile (FlatLoops.staged_loads): a load's
+        # var, a store's id -> C reference
         self.staged: dict[str, str] = {}
         # the component version's unravellings with dims merged (index.merge_plan)
         self.merges: dict = {}
@@ -534,7 +535,8 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
                 raise CannotPrint(f"cpu backend: unknown buffer {s.buffer!r}")
             v = self.var(s.value) if s.value not in ("xmask", "rmask") else "true"
             self.dtype_of(env, s.value)
-            ref = f"{self.buf(b.name)}[{self.index(s.index, env, access=True)}]"
+            ref = self.staged.get(id(s)) or \
+                f"{self.buf(b.name)}[{self.index(s.index, env, access=True)}]"
             if s.accumulate:   # a scatter's: the element's sum so far, plus v
                 if b.dtype in HALVES:
                     v = f"fs::{b.dtype}_to_f32({ref}) + {v}"
