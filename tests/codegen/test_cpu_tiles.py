@@ -18,6 +18,15 @@ def _fresh():
     torch._dynamo.reset()
 
 
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    """Each test taking it runs with torch (and its kernels) on 1 and on 2 threads."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(old)
+
+
 def kernels(fn, *args):
     with torch.no_grad():
         rep = fusionstitch.explain(fn, *args, target="cpu")
@@ -127,25 +136,19 @@ def test_transposed_operands_are_staged_through_register_transposes(case):
     assert any("fs::tr8x8" in dense(s) for s in srcs if "// dense" in s), srcs
 
 
-@pytest.mark.parametrize("threads", [1, 2])
 def test_staged_tiles_give_eager_numbers(threads):
     """Channels that are and are not a multiple of the tile's rows, rows shorter and
     longer than a tile and not a multiple of it, one image and three, and operands of
     other strides: every element exactly eager's."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        for n, h, w, ch in [(2, 9, 20, 32), (1, 8, 8, 16), (3, 7, 9, 48), (2, 16, 20, 40),
-                            (1, 4, 70, 64)]:
-            torch._dynamo.reset()
-            c = torch.compile(residual_cl, backend=fusionstitch.backend(target="cpu"))
-            a, b = torch.randn(n, h, w, ch), torch.randn(n, h, w, ch)
-            with torch.no_grad():
-                torch.testing.assert_close(c(a, b), residual_cl(a, b), rtol=0, atol=0)
-                a2 = torch.randn(n, h, w, 2 * ch)[..., ::2]
-                torch.testing.assert_close(c(a2, b), residual_cl(a2, b), rtol=0, atol=0)
-    finally:
-        torch.set_num_threads(old)
+    for n, h, w, ch in [(2, 9, 20, 32), (1, 8, 8, 16), (3, 7, 9, 48), (2, 16, 20, 40),
+                        (1, 4, 70, 64)]:
+        torch._dynamo.reset()
+        c = torch.compile(residual_cl, backend=fusionstitch.backend(target="cpu"))
+        a, b = torch.randn(n, h, w, ch), torch.randn(n, h, w, ch)
+        with torch.no_grad():
+            torch.testing.assert_close(c(a, b), residual_cl(a, b), rtol=0, atol=0)
+            a2 = torch.randn(n, h, w, 2 * ch)[..., ::2]
+            torch.testing.assert_close(c(a2, b), residual_cl(a2, b), rtol=0, atol=0)
 
 
 def test_a_leading_dim_brought_last_runs_in_tiles_along_its_digit():
@@ -157,39 +160,33 @@ def test_a_leading_dim_brought_last_runs_in_tiles_along_its_digit():
     assert any("along xo's digit 0" in s and "fs::tr8x8" in s for s in d), srcs
 
 
-@pytest.mark.parametrize("threads", [1, 2])
 def test_tiles_along_a_digit_give_eager_numbers(threads):
     """Random permutations of tensors whose dims are and are not multiples of 8 (tiles
     whole and partial, digits of 8 to 40 values), rows of 8 to 70, strided inputs:
     every element exactly eager's."""
     import random
     rng = random.Random(7)
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        for shape in [(24, 8, 4, 16), (16, 5, 3, 40), (9, 12, 7, 33), (3, 16, 2, 2, 8, 12),
-                      (40, 6, 70), (8, 8, 8, 8)]:
-            order = list(range(len(shape)))
-            while order == sorted(order):
-                rng.shuffle(order)
-            fn = lambda x, o=tuple(order): (x.permute(*o) * 2 + 1).contiguous()  # noqa: E731
-            torch._dynamo.reset()
-            c = torch.compile(fn, backend=fusionstitch.backend(target="cpu"))
-            x = torch.randn(*shape)
-            with torch.no_grad():
-                torch.testing.assert_close(c(x), fn(x), rtol=0, atol=0)
-                x2 = torch.randn(*shape[:-1], 2 * shape[-1])[..., ::2]
-                torch.testing.assert_close(c(x2), fn(x2), rtol=0, atol=0)
-            # the first and last dims swapped: tiles along xo's first digit, rows a
-            # digit's stride apart
-            swap = (len(shape) - 1, *range(1, len(shape) - 1), 0)
-            fn = lambda x, o=swap: (x.permute(*o) * 2 + 1).contiguous()  # noqa: E731
-            torch._dynamo.reset()
-            c = torch.compile(fn, backend=fusionstitch.backend(target="cpu"))
-            with torch.no_grad():
-                torch.testing.assert_close(c(x), fn(x), rtol=0, atol=0)
-    finally:
-        torch.set_num_threads(old)
+    for shape in [(24, 8, 4, 16), (16, 5, 3, 40), (9, 12, 7, 33), (3, 16, 2, 2, 8, 12),
+                  (40, 6, 70), (8, 8, 8, 8)]:
+        order = list(range(len(shape)))
+        while order == sorted(order):
+            rng.shuffle(order)
+        fn = lambda x, o=tuple(order): (x.permute(*o) * 2 + 1).contiguous()  # noqa: E731
+        torch._dynamo.reset()
+        c = torch.compile(fn, backend=fusionstitch.backend(target="cpu"))
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            torch.testing.assert_close(c(x), fn(x), rtol=0, atol=0)
+            x2 = torch.randn(*shape[:-1], 2 * shape[-1])[..., ::2]
+            torch.testing.assert_close(c(x2), fn(x2), rtol=0, atol=0)
+        # the first and last dims swapped: tiles along xo's first digit, rows a
+        # digit's stride apart
+        swap = (len(shape) - 1, *range(1, len(shape) - 1), 0)
+        fn = lambda x, o=swap: (x.permute(*o) * 2 + 1).contiguous()  # noqa: E731
+        torch._dynamo.reset()
+        c = torch.compile(fn, backend=fusionstitch.backend(target="cpu"))
+        with torch.no_grad():
+            torch.testing.assert_close(c(x), fn(x), rtol=0, atol=0)
 
 
 def test_empty_permutations_run():
@@ -217,21 +214,15 @@ def test_transposed_stores_are_staged_through_register_transposes():
     assert any("fs::tr8x8(st_" in dense(s) for s in srcs if "// dense" in s), srcs
 
 
-@pytest.mark.parametrize("threads", [1, 2])
 def test_staged_stores_give_eager_numbers(threads):
     """Channels that are and are not a multiple of the tile's rows, partial tiles, one
     image and three, a strided input: both outputs exactly eager's."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        for n, ch, h, w in [(2, 32, 9, 20), (1, 16, 8, 8), (3, 48, 7, 9), (2, 40, 16, 20),
-                            (1, 64, 4, 70)]:
-            torch._dynamo.reset()
-            c = torch.compile(two_orders, backend=fusionstitch.backend(target="cpu"))
-            wb = (torch.randn(ch, 1, 1), torch.randn(ch, 1, 1))
-            for x in (torch.randn(n, ch, h, w), torch.randn(n, ch, h, 2 * w)[..., ::2]):
-                with torch.no_grad():
-                    for got, want in zip(c(x, *wb), two_orders(x, *wb)):
-                        torch.testing.assert_close(got, want, rtol=0, atol=0)
-    finally:
-        torch.set_num_threads(old)
+    for n, ch, h, w in [(2, 32, 9, 20), (1, 16, 8, 8), (3, 48, 7, 9), (2, 40, 16, 20),
+                        (1, 64, 4, 70)]:
+        torch._dynamo.reset()
+        c = torch.compile(two_orders, backend=fusionstitch.backend(target="cpu"))
+        wb = (torch.randn(ch, 1, 1), torch.randn(ch, 1, 1))
+        for x in (torch.randn(n, ch, h, w), torch.randn(n, ch, h, 2 * w)[..., ::2]):
+            with torch.no_grad():
+                for got, want in zip(c(x, *wb), two_orders(x, *wb)):
+                    torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -508,7 +508,6 @@ class FlatLoops:
         `step` apart when given) from 8 x 8 blocks of its source, declare each staged
         store's, and have the loads and stores print it (the tile's row number is `row`
         where they are printed). Returns the stores' write-outs (`write_staged`)."""
-        self.rows = rows
         first = "xo_begin + xob" if step is None else f"xo_begin + xob * {step}"
         writes = []
         for key, (s, along, _) in staged.items():
@@ -518,30 +517,29 @@ class FlatLoops:
             self.staged[key] = f"{name}[{row} * {TILE_COLS} + (xi - xi_begin)]"
             if isinstance(s, Store):
                 writes.append((s, along, name, trows, first))
-                continue
-            self.emit(d, "for (int64_t xib = 0; xib < xi_stop - xi_begin; xib += 8) {")
-            self.emit(d + 1, f"for (int64_t xob = 0; xob < {trows}; xob += 8) {{")
-            self.emit(d + 2, f"const int64_t xo = {first}, xi = xi_begin + xib;")
-            src = f"{self.buf(s.buffer)}[{self.index(s.index, {}, access=True)}]"
-            self.emit(d + 2, f"fs::tr8x8(&{src}, {along}, {name} + xob * {TILE_COLS} + xib, "
-                             f"{TILE_COLS});")
-            self.emit(d + 1, "}")
-            self.emit(d, "}")
-        self.rows = None
+            else:
+                self.blocks(d, rows, s, along, name, trows, first)
         return writes
 
     def write_staged(self, d: int, writes, rows) -> None:
         """Each staged store's tile written to its buffer, transposed in 8 x 8 blocks."""
-        self.rows = rows
         for s, along, name, trows, first in writes:
-            self.emit(d, "for (int64_t xib = 0; xib < xi_stop - xi_begin; xib += 8) {")
-            self.emit(d + 1, f"for (int64_t xob = 0; xob < {trows}; xob += 8) {{")
-            self.emit(d + 2, f"const int64_t xo = {first}, xi = xi_begin + xib;")
-            dst = f"{self.buf(s.buffer)}[{self.index(s.index, {}, access=True)}]"
-            self.emit(d + 2, f"fs::tr8x8({name} + xob * {TILE_COLS} + xib, {TILE_COLS}, "
-                             f"&{dst}, {along});")
-            self.emit(d + 1, "}")
-            self.emit(d, "}")
+            self.blocks(d, rows, s, along, name, trows, first)
+
+    def blocks(self, d: int, rows, s, along: str, name: str, trows: int, first: str) -> None:
+        """The 8 x 8 transpositions between a staged access's tile `name` and its buffer:
+        from the buffer for a load, to it for a store."""
+        self.rows = rows
+        self.emit(d, "for (int64_t xib = 0; xib < xi_stop - xi_begin; xib += 8) {")
+        self.emit(d + 1, f"for (int64_t xob = 0; xob < {trows}; xob += 8) {{")
+        self.emit(d + 2, f"const int64_t xo = {first}, xi = xi_begin + xib;")
+        mem = f"&{self.buf(s.buffer)}[{self.index(s.index, {}, access=True)}]"
+        tile = f"{name} + xob * {TILE_COLS} + xib"
+        call = f"{mem}, {along}, {tile}, {TILE_COLS}" if isinstance(s, Load) else \
+            f"{tile}, {TILE_COLS}, {mem}, {along}"
+        self.emit(d + 2, f"fs::tr8x8({call});")
+        self.emit(d + 1, "}")
+        self.emit(d, "}")
         self.rows = None
 
     def xo_digit_var(self, e: E.Expr) -> E.Expr | None:
