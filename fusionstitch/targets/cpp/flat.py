@@ -14,7 +14,7 @@ import math
 import re
 
 from ...codegen import expr as E
-from .index import digit_sizes, lowering_value, split_rows, split_term
+from .index import digit_sizes, lowering_value, split_rows, split_term, static_value
 from .dtypes import ctype
 from ...codegen.kernel import TRANSCENDENTAL_OPS, Component, Constant, Index, Load, Op, Store
 from .rowbuf import uses
@@ -304,7 +304,7 @@ class FlatLoops:
         self.emit(d, f"const int64_t xi_begin = xtile % xtiles * {TILE_COLS};")
         self.emit(d, f"const int64_t xi_stop = xi_begin + {TILE_COLS} < xinner ? "
                      f"xi_begin + {TILE_COLS} : xinner;")
-        self.tile(d, c, rows, simd, self.staged_loads(c, rows),
+        self.tile(d, c, rows, simd, self.staged_accesses(c, rows),
                   [f"xo_end - xo_begin == {TILE_ROWS}", f"xi_stop - xi_begin == {TILE_COLS}",
                    "xo_end * xinner <= xnumel"], TILE_ROWS, None)
         self.emit(depth, "}")
@@ -364,11 +364,10 @@ class FlatLoops:
         ([16, 32, 16, 32] from [32, 32, 16, 16] with dims 0 and 3 swapped) read a new
         cache line per element, each read again only when that leading digit moved: 4x
         Inductor's tiled copy."""
-        def static(e):
-            return E.evaluate(e, lambda s: self.constants.get(s.name))
-        values = [static(r) for r in rows]
+        values = [static_value(r, self.constants) for r in rows]
         if len(rows) < 3 or None in values or 0 in values or values[-1] < 8 \
-                or math.prod(values) != static(c.xnumel) or self.row_cache(c.body, rows):
+                or math.prod(values) != static_value(c.xnumel, self.constants) \
+                or self.row_cache(c.body, rows):
             return None
         sizes = tuple(rows[:-1])
         for s in c.body:
@@ -394,7 +393,7 @@ class FlatLoops:
         j) * step + b (Sk the digit's size, step the product of the sizes after it), a
         tile one (a, b) and a block of j, its rows step apart."""
         sizes = [self.index(r, {}) for r in rows]
-        size_k = E.evaluate(rows[k], lambda s: self.constants.get(s.name))
+        size_k = static_value(rows[k], self.constants)
         trows = TILE_ROWS if size_k >= TILE_ROWS else 8
         step = " * ".join(f"({z})" for z in sizes[k + 1:-1]) or "1"
         self.emit(depth, f"// x = xo * {sizes[-1]} + xi, in tiles of {trows} x {TILE_COLS} "
@@ -421,12 +420,12 @@ class FlatLoops:
         self.emit(d, f"const int64_t xi_begin = xt * {TILE_COLS};")
         self.emit(d, f"const int64_t xi_stop = xi_begin + {TILE_COLS} < xinner ? "
                      f"xi_begin + {TILE_COLS} : xinner;")
-        self.tile(d, c, rows, simd, self.staged_loads(c, rows, k),
+        self.tile(d, c, rows, simd, self.staged_accesses(c, rows, k),
                   [f"xrows == {trows}", "(xi_stop - xi_begin) % 8 == 0"], trows, "xstep")
         self.emit(depth, "}")
 
-    def staged_loads(self, c: Component, rows, k: int | None = None
-                     ) -> dict[str, tuple[Load, str, list[str]]]:
+    def staged_accesses(self, c: Component, rows, k: int | None = None
+                        ) -> dict[str | int, tuple[Load | Store, str, list[str]]]:
         """The float loads (and stores) of a tiled loop that read (write) a tile
         transposed: xi at a stride of two or more and the last digit of xo at unit
         stride (an NHWC operand read as NCHW rows, an NHWC copy written from them), the
@@ -579,15 +578,14 @@ class FlatLoops:
 
     def nested(self, c: Component, rows) -> bool:
         """Whether the loop in rows runs as nested loops over every row size
-        (`flat_nested`): three or more sizes of constant binding whose product is xnumel, rows shorter
-        than MIN_ROW and no row cache. In rows, each short row paid its base offsets'
+        (`flat_nested`): three or more sizes of constant binding whose product is
+        xnumel, rows shorter than MIN_ROW and no row cache. In rows, each short row paid its base offsets'
         divisions and a vector loop's set-up for a few elements: a convolution's patches
         gathered as GEMM rows [4096, 3 * 2 * 2] (the [..., C, kh, kw] copy of every
         patchify convolution) took 0.19 ms against Inductor's nested loops' 0.03."""
-        def static(e):      # sizes the same at every launch: the loops cover x exactly
-            return E.evaluate(e, lambda s: self.constants.get(s.name))
-        values = [static(r) for r in rows]
-        total = static(c.xnumel)
+        # sizes the same at every launch: the loops cover x exactly
+        values = [static_value(r, self.constants) for r in rows]
+        total = static_value(c.xnumel, self.constants)
         return len(rows) >= 3 and None not in values and total is not None \
             and math.prod(values) == total and values[-1] < MIN_ROW \
             and not self.row_cache(c.body, rows)

@@ -87,6 +87,13 @@ def lowering_value(e: E.Expr, values: dict[str, int]) -> int | None:
     return E.evaluate(e, lambda s: values.get(s.name, s.value))
 
 
+def static_value(e: E.Expr, constants: dict[str, int]) -> int | None:
+    """The value of a size expression at every launch: None unless every sym in it is one
+    of `constants` (the syms of constant binding, kernel.constant_syms). Unlike
+    `lowering_value`, never a symbolic size's hint."""
+    return E.evaluate(e, lambda s: constants.get(s.name))
+
+
 def split_term(t: E.Expr, values) -> tuple[E.Expr | None, E.Expr]:
     """term = position * coefficient, the coefficient free of loop variables and values."""
     if isinstance(t, E.Mul):

@@ -298,7 +298,7 @@ FS_INLINE void call_packed(void (*f)(A...), const int64_t* a) {
 
 // an 8 x 8 block of floats transposed: row i of `s` (8 contiguous floats at s + i * ls)
 // becomes column i of `d` (d[j * ld + i] = s[i * ls + j]), in registers: the staged
-// loads of a tiled flat loop (flat.py `staged_loads`), which read a transposed operand
+// loads of a tiled flat loop (flat.py `staged_accesses`), which read a transposed operand
 // contiguously instead of one gather per element
 FS_INLINE void tr8x8(const float* s, int64_t ls, float* d, int64_t ld) {
 #if defined(__GNUC__) && !defined(__clang__)

@@ -151,7 +151,7 @@ from .build import (ERROR_ARG, CannotPrint, CompileFailed,  # noqa: F401
                     CompilerUnavailable, KernelBuildError, clear_memory_cache)
 from .refine import refine_digits, refine_plan
 from .index import (expected_values, fixed_strides, merge_digits, merge_plan, rename_expr,
-                    specialize, split_rows)
+                    specialize, split_rows, static_value)
 from .dtypes import (CTYPE, FLOATS, HALVES, INTS, STORAGE, WIDE_UNSIGNED, ctype,
                      reduce_step)
 from ...codegen.kernel import (
@@ -252,8 +252,8 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
         # a transposed flat loop (FlatLoops.flat_transposed): the sizes xo is unravelled
         # over, each digit its own loop variable xa<k>
         self.xo_digits: tuple[E.Expr, ...] | None = None
-        # loads and stores through a transposed tile (FlatLoops.staged_loads): a load's
-        # var, a store's id -> C reference
+        # loads and stores through a transposed tile (FlatLoops.staged_accesses): a
+        # load's var, a store's id -> C reference
         self.staged: dict[str, str] = {}
         # the component version's unravellings with dims merged (index.merge_plan)
         self.merges: dict = {}
@@ -425,9 +425,9 @@ class _Printer(FlatLoops, ReduceLoops, ScatterLoops):
             return
         # sizes known here (static) too small for any parallel region: no OpenMP call at
         # all (a region whose `if` is false still costs 0.3 us to enter and leave)
-        work = E.evaluate(c.xnumel, lambda s: self.constants.get(s.name))
+        work = static_value(c.xnumel, self.constants)
         if c.kind == "reduce" and work is not None:
-            r = E.evaluate(c.rnumel, lambda s: self.constants.get(s.name))
+            r = static_value(c.rnumel, self.constants)
             work = None if r is None else work * max(r, 1)
         self.serial = work is not None and work < PARALLEL_GRAIN
         if c.kind == "flat":

@@ -27,12 +27,9 @@ from __future__ import annotations
 import math
 
 from ...codegen import expr as E
+from .index import static_value
 
 X = E.Var("x")
-
-
-def _static(e: E.Expr, constants: dict[str, int]) -> int | None:
-    return E.evaluate(e, lambda s: constants.get(s.name))
 
 
 def flatten(e: E.Expr, constants: dict[str, int]) -> E.Expr:
@@ -44,8 +41,8 @@ def flatten(e: E.Expr, constants: dict[str, int]) -> E.Expr:
             return None
         base = E.rewrite(t.base, rewrite)
         if isinstance(base, E.Digit) and base.base == X and len(t.sizes) >= 2:
-            outer = _static(base.sizes[base.k], constants)
-            inner = [_static(z, constants) for z in t.sizes]
+            outer = static_value(base.sizes[base.k], constants)
+            inner = [static_value(z, constants) for z in t.sizes]
             if outer is not None and None not in inner and math.prod(inner) == outer:
                 sizes = base.sizes[:base.k] + t.sizes + base.sizes[base.k + 1:]
                 return E.Digit(X, sizes, base.k + t.k)
@@ -71,7 +68,7 @@ def refine_plan(exprs, constants: dict[str, int]) -> dict:
         return {}
     values = {}
     for sizes in found:
-        vals = [_static(z, constants) for z in sizes]
+        vals = [static_value(z, constants) for z in sizes]
         if any(v is None or v < 1 for v in vals):
             return {}
         values[sizes] = vals
