@@ -563,12 +563,12 @@ def element_index(L: Lowerer, space, t: TensorType,
     the rows (row schedule) or the reduced part (column schedule); only then is it
     unravelled from the linear position."""
     canon = L.canonical
-    if canon is not None and tuple(canon[0]) == tuple(t.shape):
-        return canonical_index(L, canon[0], canon[1])
     if canon is not None and name is not None:
         idx = _permuted_canonical_index(L, name, canon)
         if idx is not None:
             return idx
+    if canon is not None and tuple(canon[0]) == tuple(t.shape):
+        return canonical_index(L, canon[0], canon[1])
     x, r = E.Var("x"), E.Var("r")
     shape = tuple(t.shape)
     lead, trail = (space.blocks, space.row) if space.kind != "column" else \
@@ -588,21 +588,31 @@ def element_index(L: Lowerer, space, t: TensorType,
 
 
 def _permuted_canonical_index(L: Lowerer, name: str, canon):
-    """The index of node `name` when it is permute(...permute(v)) of a value `v` of the
-    group shaped like the reduction input: v's canonical index with each permute
-    applied (out[i] = in[dims[i]]); None otherwise."""
-    perms = []
+    """The index of node `name` when it is a chain of permutes and clones (copies: the
+    same index) of the group's values ending at a value `v` shaped like the reduction
+    input: v's canonical index with each permute applied (out[i] = in[dims[i]]); None
+    otherwise. `v` is the chain's deepest member of that shape that is neither a permute
+    nor a clone (the value the chain copies: an activation stored channels-last for the
+    next convolution is clone(permute(v))), else its first member of that shape."""
+    chain = []          # (node, the permutes between `name` and it)
+    perms: list = []
     node = L.graph[name]
-    while node.op == "permute.default" and isinstance(node.args[0], Ref) \
-            and node.args[0].name in L.members:
-        perms.append(tuple(node.args[1]))
+    while node.op in ("permute.default", "clone.default") and node.args \
+            and isinstance(node.args[0], Ref) and node.args[0].name in L.members:
+        if node.op == "permute.default":
+            perms = perms + [tuple(node.args[1])]
         node = L.graph[node.args[0].name]
-        if isinstance(node.type, TensorType) and tuple(node.type.shape) == tuple(canon[0]):
-            idx = canonical_index(L, canon[0], canon[1])
-            for dims in reversed(perms):
-                idx = tuple(idx[d % len(idx)] for d in dims)
-            return idx
-    return None
+        if perms and isinstance(node.type, TensorType) \
+                and tuple(node.type.shape) == tuple(canon[0]):
+            chain.append((node, perms))
+    if not chain:
+        return None
+    ends = [c for c in chain if c[0].op not in ("permute.default", "clone.default")]
+    _, perms = ends[-1] if ends else chain[0]
+    idx = canonical_index(L, canon[0], canon[1])
+    for dims in reversed(perms):
+        idx = tuple(idx[d % len(idx)] for d in dims)
+    return idx
 
 
 def _numel_of(shape) -> int:

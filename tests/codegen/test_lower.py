@@ -176,3 +176,44 @@ def test_a_row_kernel_stores_a_permuted_output_at_its_own_rows():
         x, w, b = torch.randn(2, 8, 4, 4), torch.randn(8), torch.randn(8)
         want = torch.nn.functional.layer_norm(x.permute(0, 2, 3, 1), (8,), w, b, 1e-6)
         torch.testing.assert_close(prog([x, w, b])[0], want.permute(0, 3, 1, 2))
+
+
+def _batch_norm_stored_nhwc(n, c, h, w):
+    """Batch norm's statistics over (N, H, W), the normalised relu, and its copy in NHWC
+    order (conv_layout's input copy for the next channels-last convolution)."""
+    return f"""graph g(%x: f32[{n},{c},{h},{w}]) {{
+  %vm: (f32[1,{c},1,1], f32[1,{c},1,1]) = var_mean.correction(%x, [0, 2, 3], correction=0, keepdim=True)
+  %v: f32[1,{c},1,1] = getitem(%vm, 0)
+  %m: f32[1,{c},1,1] = getitem(%vm, 1)
+  %e: f32[1,{c},1,1] = add.Tensor(%v, 1e-05)
+  %rs: f32[1,{c},1,1] = rsqrt.default(%e)
+  %d: f32[{n},{c},{h},{w}] = sub.Tensor(%x, %m)
+  %y: f32[{n},{c},{h},{w}] = mul.Tensor(%d, %rs)
+  %r: f32[{n},{c},{h},{w}] = relu.default(%y)
+  %p: f32[{n},{h},{w},{c}] = permute.default(%r, [0, 2, 3, 1])
+  %o: f32[{n},{h},{w},{c}] = clone.default(%p)
+  return (%o)
+}}"""
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 4, 6), (4, 8, 8, 8)])
+def test_batch_statistics_store_a_channels_last_copy_at_their_rows(shape):
+    """Batch norm in training, its result copied to NHWC for a channels-last convolution:
+    one kernel. The copy is clone(permute(r)), whose index is the statistics' own,
+    permuted (each channel's block stores its own elements); unravelled from its own
+    shape, the copy read the statistics at other channels (Unsupported, and the group was
+    split into one kernel per op). Where every dim has the same size (the second shape),
+    the copy is shaped like the reduction's input: it took the input's index unpermuted."""
+    g = parse(_batch_norm_stored_nhwc(*shape))
+    lower_group(g, [n.name for n in g.nodes if n.op != "parameter"], "k")
+    x = torch.randn(shape) * 3 + 1
+    mean = x.mean((0, 2, 3), keepdim=True)
+    var = x.var((0, 2, 3), keepdim=True, correction=0)
+    want = torch.relu((x - mean) * torch.rsqrt(var + 1e-5)).permute(0, 2, 3, 1)
+    for target in TARGETS:
+        plan = make_plan(g, "stitch", target)
+        assert plan.num_kernels == 1, str(plan)
+        from fusionstitch.runtime.program import Program
+        got = Program(plan, target=target)([x])[0]
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert got.is_contiguous()
