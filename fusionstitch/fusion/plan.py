@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir.graph import CONSTANT, PARAMETER, Graph, Node
+from ..ir.graph import CONSTANT, GETITEM, PARAMETER, Graph, Node
 from ..ir.ops import FREE, FUSIBLE_DOTS, KERNEL, LIBRARY, LOGICAL_RESHAPES, Category, lookup
 from ..schedule.propagate import Inconsistent, Schedule, group_schedule
 
@@ -204,7 +204,18 @@ LAYOUT_COPY = "clone.default"
 PERMUTES = frozenset({"permute.default"})
 # library ops whose result comes in its input's memory format (channels-last for a
 # channels-last input): a permute of one is the order its memory is in (detach_views)
-LAYOUT_FOLLOWING = frozenset({"convolution.default"})
+LAYOUT_FOLLOWING = frozenset({"convolution.default", "convolution_backward.default"})
+
+
+def _follows_layout(graph: Graph, src: str, names: set) -> bool:
+    """`src` is a result from outside the group (`names`) of an op whose result takes
+    its input's memory format (a convolution, an element of a convolution's backward)."""
+    node = graph[src]
+    if node.op == GETITEM and node.inputs:
+        node = graph[node.inputs[0]]
+    elif src in names:
+        return False
+    return node.name not in names and node.op in LAYOUT_FOLLOWING
 
 
 def detach_views(graph: Graph, names) -> frozenset:
@@ -243,12 +254,18 @@ def detach_views(graph: Graph, names) -> frozenset:
         changed = False
         for n in sorted(names):
             node = graph[n]
-            if (node_kind(node) != FREE or lookup(node.op).category == Category.TUPLE
-                    or not node.inputs):
+            if node_kind(node) != FREE or not node.inputs:
                 continue
             src = node.inputs[0]
-            if src not in names and (node.op in LOGICAL_RESHAPES or (
-                    node.op in PERMUTES and graph[src].op in LAYOUT_FOLLOWING)):
+            if lookup(node.op).category == Category.TUPLE:
+                # an element of a result from outside that only views taken out read
+                if src not in names and not any(u in names for u in graph.users[n]) \
+                        and n not in outputs:
+                    names.discard(n)
+                    changed = True
+                continue
+            if node.op in LOGICAL_RESHAPES and src not in names or (
+                    node.op in PERMUTES and _follows_layout(graph, src, names)):
                 names.discard(n)
                 changed = True
                 continue
