@@ -73,3 +73,20 @@ def test_a_result_nearer_exact_than_eager_is_not_off():
     # as far from eager, but further from exact than eager: still caught
     off = judge_tensors([("x", _rounded(f, 2e-3), e_tf32, f, False)])
     assert off and "from eager" in off[0]
+
+
+def test_eager_in_its_other_layout_is_a_reference_too():
+    """A tensor may come with eager's values of another way to run the step (a
+    convolutional network channels-last): the nearer of eager's values for the rule
+    against eager, the farther from float64 for the slack rule. A real difference is
+    still caught."""
+    f = _exact(50)
+    e_lucky, e_other = f.float(), _rounded(f, 3e-6)
+    ours = _rounded(f, 3e-6)
+    assert len(judge_tensors([("x", ours, e_lucky, f, False)])) == 1   # 3x a lucky eager
+    assert judge_tensors([("x", ours, e_lucky, f, False, (e_other,))]) == []
+    off = judge_tensors([("x", _rounded(f, 1e-3), e_lucky, f, False, (e_other,))])
+    assert len(off) == 2 and "from eager" in off[0] and "from float64" in off[1]
+    # no other value (a model without a twin, or a missing gradient there) changes nothing
+    assert judge_tensors([("x", ours, e_lucky, f, False, (None,))]) == \
+        judge_tensors([("x", ours, e_lucky, f, False)])
