@@ -63,9 +63,14 @@ output gradient through the same NHWC copy, fused into the gradient's producer (
 would copy an NCHW gradient itself), and its input gradient, channels-last from torch,
 is spelled as a forward result is (`_input_gradient`). Its weight gradient comes back
 channels-last (oneDNN's choice) and AccumulateGrad copies it into the parameter's
-layout. resnet_train, one thread, small size, side by side: 2.43 -> 2.27 ms (Inductor
-1.95), mobilenet_v2_train 18.8 -> 16.3 (16.2), convnext_train 3.26 -> 3.07 (2.93)
-(the six convolutions' forward and backward times now as Inductor's).
+layout. Two convolutions stay NCHW: one torch runs through its own im2col loops
+(`_onednn`, ATen's rule: an unstrided 1x1 convolution of a batch under 16 on one
+thread), which a channels-last input only costs a copy, and one whose input is
+normalised by batch statistics of an NCHW value (`_stats_of_nchw`: the copy would be
+stored across the grain of the statistics' kernel). One thread, small size, side by
+side with the pass before (bench/results/models_cnn_train_2026-12-02d.md): resnet_train
+3.12 -> 2.55 ms (Inductor 2.28), mobilenet_v2_train 23.0 -> 20.7 (18.6),
+mobilevit_train 22.8 -> 21.3 (20.9).
 
 Graph outputs: a result the caller sees keeps eager's layout, so a convolution whose
 result (or a view of it) is a graph output is rewritten only when every such output is
@@ -130,6 +135,66 @@ def _rewritable(n: Node, types: dict, seen: set[str]) -> bool:
     return n.name not in seen and n.type.numel != 0
 
 
+def _across_batch(n: Node, types: dict) -> bool:
+    """A reduction over dim 0 among others (batch norm's statistics in training)."""
+    d = lookup(n.op)
+    if d.category != Category.REDUCE or d.reduction != "dim" or len(n.args) < 2 \
+            or not isinstance(n.args[1], (tuple, list)) or not isinstance(n.args[0], Ref):
+        return False
+    t = types.get(n.args[0].name)
+    rank = t.rank if isinstance(t, TensorType) else 0
+    return any(k == 0 or rank and k % rank == 0 for k in n.args[1])
+
+
+def _statistics_read(g: Graph, types: dict) -> dict[str, frozenset[str]]:
+    """Value -> the inputs of the batch statistics (`_across_batch`) it is computed from
+    by elementwise ops and views: a batch norm's normalised result -> the convolution
+    result whose statistics it used."""
+    found: dict[str, frozenset[str]] = {}
+    for n in g.nodes:
+        d = lookup(n.op)
+        if _across_batch(n, types):
+            found[n.name] = frozenset({n.args[0].name})
+        elif d.category in (Category.ELEMENTWISE, Category.BROADCAST, Category.TUPLE) \
+                or d.view:
+            srcs = frozenset().union(*(found.get(i, frozenset()) for i in n.inputs))
+            if srcs:
+                found[n.name] = srcs
+    return found
+
+
+def _stats_of_nchw(n: Node, stats_of: dict, cl: set) -> bool:
+    """Whether convolution `n`'s input is normalised by batch statistics of a value in
+    NCHW memory (a convolution torch runs through its own loops, left NCHW): its NHWC
+    copy would be stored across the grain of the statistics' kernel, one scattered store
+    per element (mobilevit_train's batch norms after its 1x1 convolutions: 2-6x
+    Inductor's time), where the convolution gains less than that."""
+    x = n.args[0].name
+    return x not in cl and any(s not in cl for s in stats_of.get(x, ()))
+
+
+def _onednn(n: Node, types: dict) -> bool:
+    """Whether torch runs convolution `n` through oneDNN, whose channels-last kernels are
+    the gain; else through its own im2col loops, to which a channels-last input is
+    a copy more. ATen's rule (aten/src/ATen/native/Convolution.cpp, `use_mkldnn`, f32 on
+    the CPU): not an unstrided, undilated 1x1 convolution of a batch under 16 on one
+    thread, and grouped, or a kernel over 3x3, or a batch over 1, or an input of over
+    20480 elements. The thread count is torch's when the graph is compiled; symbolic
+    sizes count as oneDNN's. mobilevit_train's 21 saved 1x1 convolutions (batch 4, one
+    thread) run through torch's loops: channels-last, the step took 8-15% longer."""
+    x, w = types[n.args[0].name], types[n.args[1].name]
+    stride, dilation, groups = n.args[3], n.args[5], n.args[8]
+    sizes = tuple(x.shape) + tuple(w.shape)
+    if not all(type(d) is int for d in sizes):
+        return True
+    batch, kh, kw = x.shape[0], w.shape[2], w.shape[3]
+    pointwise_serial = (all(s == 1 for s in stride) and all(d == 1 for d in dilation)
+                        and batch < 16 and (kh, kw) == (1, 1)
+                        and torch.get_num_threads() == 1)
+    return not pointwise_serial and (groups > 1 or (kh > 3 and kw > 3) or batch > 1
+                                     or x.numel > 20480)
+
+
 def _backward_rewritable(n: Node, types: dict, cl: set[str], seen_items: set) -> bool:
     """A 2-D f32 convolution's backward whose input torch gets channels-last (`cl`: the
     forward saved its channels-last copy), whose input gradient the caller does not see."""
@@ -182,6 +247,7 @@ def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = fr
     outputs_read = {o.name for o in g.outputs if isinstance(o, Ref)}
     gemms = env_flag_default("FUSIONSTITCH_CONV_GEMM", True)
     backward_cl: set[str] = set()    # convolution backwards given channels-last values
+    stats_of = _statistics_read(g, types)
     for n in g.nodes:
         if _pool_rewritable(n, types, seen):
             nodes += _pool_channels_last(n, types, taken, cl)
@@ -203,10 +269,15 @@ def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = fr
         if gemms and n.name not in outputs_read:
             if _pointwise(n, types):
                 nodes += _as_gemm(n, types, taken)
+                cl.add(n.name)          # NHWC rows viewed as NCHW: channels-last
                 continue
             if _patchwise(n, types):
                 nodes += _patches_as_gemm(n, types, taken)
+                cl.add(n.name)
                 continue
+        if not _onednn(n, types) or _stats_of_nchw(n, stats_of, cl):
+            nodes.append(n)             # no layout to gain, or a transposing copy to pay
+            continue
         x = n.args[0]
         copied = _copy_to_nhwc(n, x, types, taken, cl)
         if copied:

@@ -236,6 +236,45 @@ def test_compiled_batch_norm_training_equals_torch():
             torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-6, msg=name)
 
 
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _saved_pointwise_then_statistics(batch=2):
+    """A 1x1 convolution saved for the backward (so not a GEMM), batch statistics of its
+    result, and a 3x3 convolution of the normalised value."""
+    b = GraphBuilder()
+    x, w1, w2 = b.param((batch, 4, 6, 6)), b.param((4, 4, 1, 1)), b.param((4, 4, 3, 3))
+    y = b.op("convolution.default", x, w1, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    vm = b.op("var_mean.correction", y, [0, 2, 3], correction=0, keepdim=True)
+    z = b.op("relu.default", b.op("sub.Tensor", y, b.getitem(vm, 1)))
+    y2 = b.op("convolution.default", z, w2, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    return b.build(b.op("relu.default", y2), y)
+
+
+def _rewritten(g):
+    return sum(1 for n in g.nodes if n.op == "convolution.default"
+               and g[n.args[0].name].op == "permute.default")
+
+
+def test_convolutions_torch_runs_in_its_own_loops_stay_nchw(one_thread):
+    """An unstrided 1x1 convolution of a batch under 16 on one thread runs through
+    torch's im2col loops, not oneDNN (ATen's use_mkldnn): channels-last buys it nothing.
+    Batch statistics of its NCHW result feed the next convolution: its NHWC copy would be
+    stored across the statistics kernel's grain, so that one stays NCHW too."""
+    g = _saved_pointwise_then_statistics()
+    assert _rewritten(channels_last_convs(g, CPU, free_outputs=frozenset({1}))) == 0
+    # a batch of 16 runs through oneDNN: both channels-last
+    g16 = _saved_pointwise_then_statistics(batch=16)
+    assert _rewritten(channels_last_convs(g16, CPU, free_outputs=frozenset({1}))) == 2
+    torch.set_num_threads(2)        # so do two threads
+    assert _rewritten(channels_last_convs(g, CPU, free_outputs=frozenset({1}))) == 2
+
+
 def test_a_convolution_input_saved_for_the_backward_is_saved_channels_last():
     """A forward's value saved for its backward (a free output) that a channels-last
     convolution reads is saved as the convolution's channels-last copy: the backward's
