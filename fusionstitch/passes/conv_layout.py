@@ -164,7 +164,7 @@ def _statistics_read(g: Graph, types: dict) -> dict[str, frozenset[str]]:
 
 
 def _stats_of_nchw(n: Node, stats_of: dict, cl: set) -> bool:
-    """Whether convolution `n`'s input is normalised by batch statistics of a value in
+    """Whether convolution (or pooling) `n`'s input is normalised by batch statistics of a value in
     NCHW memory (a convolution torch runs through its own loops, left NCHW): its NHWC
     copy would be stored across the grain of the statistics' kernel, one scattered store
     per element (mobilevit_train's batch norms after its 1x1 convolutions: 2-6x
@@ -174,16 +174,24 @@ def _stats_of_nchw(n: Node, stats_of: dict, cl: set) -> bool:
 
 
 def _onednn(n: Node, types: dict) -> bool:
-    """Whether torch runs convolution `n` through oneDNN, whose channels-last kernels are
-    the gain; else through its own im2col loops, to which a channels-last input is
-    a copy more. ATen's rule (aten/src/ATen/native/Convolution.cpp, `use_mkldnn`, f32 on
-    the CPU): not an unstrided, undilated 1x1 convolution of a batch under 16 on one
-    thread, and grouped, or a kernel over 3x3, or a batch over 1, or an input of over
-    20480 elements. The thread count is torch's when the graph is compiled; symbolic
-    sizes count as oneDNN's. mobilevit_train's 21 saved 1x1 convolutions (batch 4, one
-    thread) run through torch's loops: channels-last, the step took 8-15% longer."""
-    x, w = types[n.args[0].name], types[n.args[1].name]
-    stride, dilation, groups = n.args[3], n.args[5], n.args[8]
+    """`_onednn_runs` of convolution or convolution backward `n`."""
+    if n.op == CONV_BACKWARD:   # (grad, input, weight, bias_sizes, stride, padding, dilation, ..)
+        x, w, stride, dilation, groups = n.args[1], n.args[2], n.args[4], n.args[6], n.args[9]
+    else:
+        x, w, stride, dilation, groups = n.args[0], n.args[1], n.args[3], n.args[5], n.args[8]
+    return _onednn_runs(types[x.name], types[w.name], stride, dilation, groups)
+
+
+def _onednn_runs(x: TensorType, w: TensorType, stride, dilation, groups) -> bool:
+    """Whether torch runs a convolution of input `x` by weight `w` through oneDNN, whose
+    channels-last kernels are the gain; else through its own im2col loops, to which a
+    channels-last input is a copy more. ATen's rule (`use_mkldnn` in
+    aten/src/ATen/native/Convolution.cpp, f32 on the CPU): not an unstrided, undilated
+    1x1 convolution of a batch under 16 on one thread, and grouped, or a kernel over
+    3x3, or a batch over 1, or an input of over 20480 elements. The thread count is
+    torch's when the graph is compiled; symbolic sizes count as oneDNN's.
+    mobilevit_train's 21 saved 1x1 convolutions (batch 4, one thread) run through
+    torch's loops: channels-last, the step took 8-15% longer."""
     sizes = tuple(x.shape) + tuple(w.shape)
     if not all(type(d) is int for d in sizes):
         return True
@@ -207,7 +215,7 @@ def _backward_rewritable(n: Node, types: dict, cl: set[str], seen_items: set) ->
                and types[a.name].dtype == "f32" and types[a.name].numel != 0
                for a in (grad, x, w)):
         return False
-    return (n.name, 0) not in seen_items
+    return (n.name, 0) not in seen_items and _onednn(n, types)
 
 
 def _input_gradient(n: Node, taken: set, cl: set) -> list[Node]:
@@ -249,7 +257,7 @@ def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = fr
     backward_cl: set[str] = set()    # convolution backwards given channels-last values
     stats_of = _statistics_read(g, types)
     for n in g.nodes:
-        if _pool_rewritable(n, types, seen):
+        if _pool_rewritable(n, types, seen) and not _stats_of_nchw(n, stats_of, cl):
             nodes += _pool_channels_last(n, types, taken, cl)
             continue
         if n.op == GETITEM and isinstance(n.args[0], Ref) and n.args[0].name in backward_cl:

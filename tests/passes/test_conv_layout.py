@@ -293,14 +293,15 @@ def test_a_convolution_input_saved_for_the_backward_is_saved_channels_last():
     assert seen.outputs[1].name == r.name
 
 
-def _conv_backward_graph(strides=(144, 1, 24, 4), grad_input_out=False):
+def _conv_backward_graph(strides=(144, 1, 24, 4), grad_input_out=False, kernel=3):
     """A backward's convolution_backward of a saved input `x` (recorded `strides`: those
     of the tensor the backward is compiled for) and a gradient our kernels compute."""
     from fusionstitch.ir.graph import Graph
     b = GraphBuilder()
-    g0, x, w = b.param((2, 4, 6, 6)), b.param((2, 4, 6, 6)), b.param((4, 4, 3, 3))
+    g0, x, w = b.param((2, 4, 6, 6)), b.param((2, 4, 6, 6)), b.param((4, 4, kernel, kernel))
     grad = b.op("mul.Scalar", g0, 2.0)
-    cb = b.op("convolution_backward.default", grad, x, w, [0], [1, 1], [1, 1], [1, 1],
+    pad = kernel // 2
+    cb = b.op("convolution_backward.default", grad, x, w, [0], [1, 1], [pad, pad], [1, 1],
               False, [0, 0], 1, [True, True, False])
     gi, gw = b.getitem(cb, 0), b.getitem(cb, 1)
     out = gi if grad_input_out else b.op("relu.default", gi)
@@ -310,7 +311,7 @@ def _conv_backward_graph(strides=(144, 1, 24, 4), grad_input_out=False):
                  g.outputs, g.name)
 
 
-def test_a_convolution_backward_of_a_channels_last_input_takes_its_gradient_so():
+def test_a_convolution_backward_of_a_channels_last_input_takes_its_gradient_so(one_thread):
     """torch runs a convolution's backward channels-last when its input is (the forward
     saved its channels-last copy) and copies an NCHW gradient to channels-last itself:
     our kernel stores the gradient NHWC instead (the copy fuses into its producer), and
@@ -331,8 +332,10 @@ def test_a_convolution_backward_of_a_channels_last_input_takes_its_gradient_so()
     for a, b in zip(run_graph(h, xs), run_graph(g, xs)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     # an NCHW input: torch runs NCHW, and an input gradient the caller sees keeps its own
+    # (nor a 1x1 one torch runs through its own loops: one thread, a batch under 16)
     for other in (_conv_backward_graph(strides=None),
-                  _conv_backward_graph(grad_input_out=True)):
+                  _conv_backward_graph(grad_input_out=True),
+                  _conv_backward_graph(kernel=1)):
         assert channels_last_convs(other, CPU) is other
 
 
