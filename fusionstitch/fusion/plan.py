@@ -225,8 +225,9 @@ def detach_views(graph: Graph, names) -> frozenset:
       reads the source's memory through it (else a kernel storing the reshape,
       `view(addmm)` saved for the backward, copies it). Only reshapes: they keep a
       contiguous source contiguous, which the kernels' dense versions expect;
-    - likewise a permute of a convolution's result from outside the group: torch returns
-      it in its input's memory format, and passes/conv_layout.py permutes a
+    - likewise a permute of a convolution's result from outside the group (or of an
+      element of a convolution's backward: the input gradient, and the getitem itself
+      when only such views read it): torch returns it in its input's memory format, and passes/conv_layout.py permutes a
       channels-last one to NHWC, the order its memory is in. Taken out, the kernel's
       input is that contiguous NHWC tensor and it runs its dense version; inside, the
       kernel would read the channels-last memory as a strided NCHW tensor (the general
