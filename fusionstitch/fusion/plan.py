@@ -227,11 +227,12 @@ def detach_views(graph: Graph, names) -> frozenset:
       contiguous source contiguous, which the kernels' dense versions expect;
     - likewise a permute of a convolution's result from outside the group (or of an
       element of a convolution's backward: the input gradient, and the getitem itself
-      when only such views read it): torch returns it in its input's memory format, and passes/conv_layout.py permutes a
-      channels-last one to NHWC, the order its memory is in. Taken out, the kernel's
-      input is that contiguous NHWC tensor and it runs its dense version; inside, the
-      kernel would read the channels-last memory as a strided NCHW tensor (the general
-      version: index arithmetic per element, 3-13x slower on mobilenet_v2's kernels);
+      when only such views read it): torch returns it in its input's memory format,
+      and passes/conv_layout.py permutes a channels-last one to NHWC, the order its
+      memory is in. Taken out, the kernel's input is that contiguous NHWC tensor and it
+      runs its dense version; inside, the kernel would read the channels-last memory as
+      a strided NCHW tensor (the general version: index arithmetic per element, 3-13x
+      slower on mobilenet_v2's kernels);
     - a view that only leaves the group while its source leaves it too: the kernel
       would store the same elements twice (AOTAutograd saves `alias(relu(x))` next
       to `relu(x)`); it runs after the kernel, a real view of the stored source.

@@ -137,10 +137,10 @@ def compare_model(name: str, size: str, target: str, **overrides) -> tuple[list[
     call."""
     eager = M.make(name, size, **overrides)
     ref = [call(eager, eager.fn) for _ in range(2)]
-    other = twin(name)
+    other, other_ref = twin(name), None
     if other is not None:
-        eager2 = M.make(other, size, **overrides)
-        ref2 = [call(eager2, eager2.fn) for _ in range(2)]
+        other_eager = M.make(other, size, **overrides)
+        other_ref = [call(other_eager, other_eager.fn) for _ in range(2)]
     exact64 = M.make(name, size, dtype=torch.float64, **overrides)
     exact = [call(exact64, exact64.fn) for _ in range(2)]
     inst = M.make(name, size, **overrides)
@@ -157,8 +157,7 @@ def compare_model(name: str, size: str, target: str, **overrides) -> tuple[list[
             frontend.removeHandler(records)
         runs.append((fusionstitch.stats(), records.records))
     param_names = [n for n, p in inst.fn.named_parameters() if p.requires_grad]
-    return judge(name, got, ref, exact, param_names,
-                 ref2 if other is not None else None), runs
+    return judge(name, got, ref, exact, param_names, other_ref), runs
 
 
 def check_model(name: str, size: str, target: str, **overrides) -> None:

@@ -579,8 +579,8 @@ class FlatLoops:
     def nested(self, c: Component, rows) -> bool:
         """Whether the loop in rows runs as nested loops over every row size
         (`flat_nested`): three or more sizes of constant binding whose product is
-        xnumel, rows shorter than MIN_ROW and no row cache. In rows, each short row paid its base offsets'
-        divisions and a vector loop's set-up for a few elements: a convolution's patches
+        xnumel, rows shorter than MIN_ROW and no row cache. In rows, each short row paid
+        its base offsets' divisions and a vector loop's set-up for a few elements: a convolution's patches
         gathered as GEMM rows [4096, 3 * 2 * 2] (the [..., C, kh, kw] copy of every
         patchify convolution) took 0.19 ms against Inductor's nested loops' 0.03."""
         # sizes the same at every launch: the loops cover x exactly
