@@ -31,6 +31,7 @@ import torch.fx
 
 from ..ir.graph import (CONSTANT, GETITEM, PARAMETER, Graph, Node, Ref, TensorLiteral,
                         TensorType, TupleType, Type, dtype_name)
+from ..ir.layout import suggests_channels_last
 from ..ir.ops import effect_type, infer_type, lookup, op_name, type_of_value
 from ..ir.symbolic import hint
 from .output_layout import row_major, same_layout
@@ -70,12 +71,17 @@ def _input_strides(spec: TensorType, strides) -> tuple[int, ...] | None:
     """`strides` (an input's at the call the graph is compiled for) when they are not
     row-major for `spec`'s sizes (at their hints): kernels reading the input expect them
     (codegen/view_strides.py), as they expect row-major otherwise. An expectation only,
-    checked at launch: another call's strides run the kernels' general version."""
+    checked at launch: another call's strides run the kernels' general version. Strides
+    that differ from row-major only on size-1 dims are recorded where torch reads a
+    memory format from them (a 1x1 convolution weight made channels-last: torch runs the
+    convolution channels-last, ir/layout.py), which passes that place layouts need."""
     if strides is None or len(strides) != len(spec.shape):
         return None
     shape = hint(spec.shape)
-    return None if same_layout(shape, strides, row_major(shape)) else \
-        tuple(int(s) for s in strides)
+    if same_layout(shape, strides, row_major(shape)) and \
+            not suggests_channels_last(shape, strides):
+        return None
+    return tuple(int(s) for s in strides)
 
 
 def _log_fallback(op: str) -> None:

@@ -24,13 +24,14 @@ contiguous, so a layout is spelled with permutes:
 Measured (thread time, one thread, small sizes, in one process alternating):
 mobilenet_v2_infer 15.3 -> 13.3 ms; resnet_infer even, convnext_infer 4-5% slower:
 their gain in the library (~0.1 ms) is about what the two views per convolution
-(~4 us each on the CI machine) and the copies cost (bench/results/conv_layout_cpu_*). The weight stays NCHW: torch reorders it inside each
-call; by hand, resnet's six convolutions with weights already channels-last take 544 us
-against 640. A weight copied to channels-last by a kernel of ours at each call
-(Inductor's choice) was tried (2026-11-27, bench.ab, one thread): the six convolutions of
+(~4 us each on the CI machine) and the copies cost (bench/results/conv_layout_cpu_*).
+The weight stays in the caller's layout (NCHW: torch reorders it inside each call); by
+hand, resnet's six convolutions with weights already channels-last take 544 us against
+640. A weight copied to channels-last by a kernel of ours at each call (Inductor's
+choice) was tried (2026-11-27, bench.ab, one thread): the six convolutions of
 resnet_infer went from 291 to 272 us, but the copies' launches, allocations and views
-cost as much (step 0.519 -> 0.540 ms), and mobilenet_v2's 52 copies more (4.11 ->
-4.21 ms): not taken. A copy made once per weight version (torch's `_version`) would be.
+cost as much (step 0.519 -> 0.540 ms), and mobilenet_v2's 52 copies more (4.11 -> 4.21
+ms): not taken. A copy made once per weight version (torch's `_version`) would be.
 
 2-D poolings (max pooling with indices, average pooling) are rewritten the same way,
 their input through the copy and their result channels-last: torch's pooling vectorises
@@ -67,7 +68,11 @@ layout. Two convolutions stay NCHW: one torch runs through its own im2col loops
 (`_onednn`, ATen's rule: an unstrided 1x1 convolution of a batch under 16 on one
 thread), which a channels-last input only costs a copy, and one whose input is
 normalised by batch statistics of an NCHW value (`_stats_of_nchw`: the copy would be
-stored across the grain of the statistics' kernel). One thread, small size, side by
+stored across the grain of the statistics' kernel), unless torch runs them
+channels-last anyway: a weight torch reads as channels-last (a model made channels-last,
+`_weight_channels_last`) makes torch run the convolution so on either path and copy an
+NCHW input and gradient itself (mobilenet_v2_train_cl, whose 1x1 convolutions stayed
+NCHW: 30.6 -> 19.1 ms with the weight rule, eager 21.6). One thread, small size, side by
 side with the pass before (bench/results/models_cnn_train_2026-12-02d.md): resnet_train
 3.12 -> 2.55 ms (Inductor 2.28), mobilenet_v2_train 23.0 -> 20.7 (18.6),
 mobilevit_train 22.8 -> 21.3 (20.9).
@@ -91,6 +96,7 @@ import torch
 
 from ..config import env_flag_default
 from ..ir.graph import GETITEM, PARAMETER, Graph, Node, Ref, TensorType, fresh_name
+from ..ir.layout import suggests_channels_last
 from ..ir.ops import Category, lookup
 
 CONV = "convolution.default"
@@ -203,7 +209,33 @@ def _onednn_runs(x: TensorType, w: TensorType, stride, dilation, groups) -> bool
                                      or x.numel > 20480)
 
 
-def _backward_rewritable(n: Node, types: dict, cl: set[str], seen_items: set) -> bool:
+def _weight_channels_last(n: Node, weights_cl: set[str]) -> bool:
+    """Whether convolution or convolution backward `n` reads a weight that torch takes as
+    channels-last (`weights_cl`: graph inputs whose recorded strides suggest it, ir/layout.py).
+    torch then runs the convolution channels-last on either path, oneDNN or its own loops,
+    and copies an NCHW input and gradient itself, a transposing copy of ~3 ns per element
+    on one thread (mobilenet_v2_train_cl's 1x1 convolutions of [4, 48, 32, 32]: 600 us a
+    copy, two per backward); an NHWC copy fused into the producer is cheaper than that."""
+    w = n.args[2] if n.op == CONV_BACKWARD else n.args[1]
+    return isinstance(w, Ref) and w.name in weights_cl
+
+
+def _weights_cl(g: Graph) -> set[str]:
+    """Graph inputs of 4-D static shape whose recorded strides suggest channels-last to
+    torch (a weight of a model made channels-last; a 1x1 one differs from row-major only
+    on its size-1 dims)."""
+    out = set()
+    for n in g.nodes:
+        strides = n.kwarg("strides") if n.op == PARAMETER else None
+        if strides is not None and isinstance(n.type, TensorType) and n.type.rank == 4 \
+                and all(type(d) is int for d in n.type.shape) \
+                and suggests_channels_last(n.type.shape, strides):
+            out.add(n.name)
+    return out
+
+
+def _backward_rewritable(n: Node, types: dict, cl: set[str], seen_items: set,
+                         weights_cl: set[str]) -> bool:
     """A 2-D f32 convolution's backward whose input torch gets channels-last (`cl`: the
     forward saved its channels-last copy), whose input gradient the caller does not see."""
     if n.op != CONV_BACKWARD or n.kwargs or len(n.args) != 11 or n.args[7]:
@@ -215,7 +247,8 @@ def _backward_rewritable(n: Node, types: dict, cl: set[str], seen_items: set) ->
                and types[a.name].dtype == "f32" and types[a.name].numel != 0
                for a in (grad, x, w)):
         return False
-    return (n.name, 0) not in seen_items and _onednn(n, types)
+    return (n.name, 0) not in seen_items and (_onednn(n, types)
+                                             or _weight_channels_last(n, weights_cl))
 
 
 def _input_gradient(n: Node, taken: set, cl: set) -> list[Node]:
@@ -246,8 +279,10 @@ def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = fr
     cl = {n.name for n in g.nodes if _channels_last_input(n) or _nchw_view(g, n)}
     seen_items = {(m.args[0].name, m.args[1]) for m in g.nodes
                   if m.op == GETITEM and m.name in seen and isinstance(m.args[0], Ref)}
+    weights_cl = _weights_cl(g)
     if not any(_rewritable(n, types, seen) or _pool_rewritable(n, types, seen)
-               or _backward_rewritable(n, types, cl, seen_items) for n in g.nodes):
+               or _backward_rewritable(n, types, cl, seen_items, weights_cl)
+               for n in g.nodes):
         return g
     taken = set(types)
     nodes: list[Node] = []
@@ -265,7 +300,7 @@ def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = fr
             continue
         if n.op == GETITEM and isinstance(n.args[0], Ref) and n.args[0].name in cl:
             cl.add(n.name)          # a pooling's values and indices, channels-last
-        if _backward_rewritable(n, types, cl, seen_items):
+        if _backward_rewritable(n, types, cl, seen_items, weights_cl):
             copied = _copy_to_nhwc(n, n.args[0], types, taken, cl)
             nodes += copied + [n.replace(args=(Ref(copied[-1].name),) + tuple(n.args[1:]))
                                if copied else n]
@@ -283,7 +318,8 @@ def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = fr
                 nodes += _patches_as_gemm(n, types, taken)
                 cl.add(n.name)
                 continue
-        if not _onednn(n, types) or _stats_of_nchw(n, stats_of, cl):
+        if not _weight_channels_last(n, weights_cl) and (
+                not _onednn(n, types) or _stats_of_nchw(n, stats_of, cl)):
             nodes.append(n)             # no layout to gain, or a transposing copy to pay
             continue
         x = n.args[0]

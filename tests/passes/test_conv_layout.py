@@ -275,6 +275,95 @@ def test_convolutions_torch_runs_in_its_own_loops_stay_nchw(one_thread):
     assert _rewritten(channels_last_convs(g, CPU, free_outputs=frozenset({1}))) == 2
 
 
+def _with_strides(g, name, strides):
+    from fusionstitch.ir.graph import Graph
+    return Graph(tuple(n.replace(kwargs=(("strides", strides),)) if n.name == name else n
+                       for n in g.nodes), g.outputs, g.name)
+
+
+def test_a_convolution_of_a_channels_last_weight_runs_channels_last(one_thread):
+    """torch runs a convolution channels-last when its weight is (a model made
+    channels-last: ATen's thnn_conv_use_channels_last / mkldnn_conv_use_channels_last),
+    on its own loops too, and copies an NCHW input itself: a 1x1 convolution that would
+    stay NCHW by the loops rule goes channels-last with such a weight, and the one after
+    its batch statistics too. A 1x1 weight's channels-last strides differ from row-major
+    only on its size-1 dims."""
+    g = _saved_pointwise_then_statistics()
+    w1, w2 = [n.name for n in g.nodes if n.op == "parameter"][1:3]
+    cl1 = _with_strides(g, w1, (4, 1, 4, 4))            # [4, 4, 1, 1] channels-last
+    assert _rewritten(channels_last_convs(cl1, CPU, free_outputs=frozenset({1}))) == 2
+    # row-major 1x1 strides recorded on their size-1 dims: NCHW to torch, left alone
+    nchw = _with_strides(g, w1, (4, 1, 1, 1))
+    assert _rewritten(channels_last_convs(nchw, CPU, free_outputs=frozenset({1}))) == 0
+    # the 3x3 weight channels-last alone: the second convolution goes, the first stays
+    cl2 = _with_strides(g, w2, (36, 1, 12, 4))
+    h = channels_last_convs(cl2, CPU, free_outputs=frozenset({1}))
+    assert _rewritten(h) == 1
+    xs = random_inputs(cl1)
+    xs[1] = xs[1].contiguous(memory_format=torch.channels_last)
+    for a, b in zip(run_graph(channels_last_convs(cl1, CPU, free_outputs=frozenset({1})), xs),
+                    run_graph(cl1, xs)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_backward_of_a_channels_last_weight_takes_its_gradient_channels_last(one_thread):
+    """The backward of a 1x1 convolution torch runs through its own loops, of a
+    channels-last input and weight: torch runs it channels-last, so the gradient is
+    copied NHWC by its producer (it was copied by torch, ~600 us a copy in
+    mobilenet_v2_train_cl, twice per backward)."""
+    g = _conv_backward_graph(kernel=1)
+    assert channels_last_convs(g, CPU) is g
+    w = [n.name for n in g.nodes if n.op == "parameter"][2]
+    h = channels_last_convs(_with_strides(g, w, (4, 1, 4, 4)), CPU)
+    [cb] = [n for n in h.nodes if n.op == "convolution_backward.default"]
+    assert h[h[cb.args[0].name].args[0].name].op == "clone.default"
+
+
+def test_a_compiled_channels_last_model_hands_torch_no_layout_to_copy(one_thread):
+    """An inverted residual block made channels-last (1x1 convolutions, batch 4, one
+    thread: torch's own loops, which run channels-last for a channels-last weight) in a
+    training step: no convolution, forward or backward, copies an operand to another
+    layout inside torch (mobilenet_v2_train_cl: two 600 us copies per 1x1 backward), and
+    the gradients are eager's within its own distance from float64."""
+    import copy
+    torch.manual_seed(0)
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = torch.nn.Conv2d(8, 24, 1, bias=False)
+            self.b1 = torch.nn.BatchNorm2d(24)
+            self.c2 = torch.nn.Conv2d(24, 24, 3, padding=1, groups=24, bias=False)
+            self.b2 = torch.nn.BatchNorm2d(24)
+            self.c3 = torch.nn.Conv2d(24, 8, 1, bias=False)
+            self.b3 = torch.nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            y = torch.nn.functional.relu6(self.b1(self.c1(x)))
+            y = torch.nn.functional.relu6(self.b2(self.c2(y)))
+            return x + self.b3(self.c3(y))
+
+    net = Block().to(memory_format=torch.channels_last)
+    ref, ref64 = copy.deepcopy(net), copy.deepcopy(net).double()
+    torch._dynamo.reset()
+    comp = torch.compile(net, backend=fusionstitch.backend(target="cpu"))
+    x = torch.randn(4, 8, 10, 10).contiguous(memory_format=torch.channels_last)
+    (comp(x) * x).sum().backward()                          # compile
+    for m in (net, ref, ref64):
+        m.zero_grad()
+    with torch.profiler.profile() as prof:
+        (comp(x) * x).sum().backward()
+    for o in (ref(x), ref64(x.double())):
+        (o * o.new_tensor(x)).sum().backward()
+    copies = [e for e in prof.events() if e.name == "aten::contiguous"
+              and e.cpu_parent is not None and "conv" in e.cpu_parent.name
+              and any(k.name == "aten::clone" for k in e.cpu_children)]
+    assert not copies, [(e.cpu_parent.name, e.input_shapes) for e in copies]
+    for (name, p), q, d in zip(net.named_parameters(), ref.parameters(), ref64.parameters()):
+        ours, eager = ((g.grad.double() - d.grad).abs().max() for g in (p, q))
+        assert ours <= 4 * max(eager, EPS32 * d.grad.abs().max()), (name, float(ours))
+
+
 def test_a_convolution_input_saved_for_the_backward_is_saved_channels_last():
     """A forward's value saved for its backward (a free output) that a channels-last
     convolution reads is saved as the convolution's channels-last copy: the backward's
