@@ -16,6 +16,7 @@ from .matvec import decompose_matvec
 from .output_layouts import spell_output_layouts
 from .read_copies import read_channels_last_copies
 from .simplify import fold_views
+from .strided_scatter import rewrite_strided_scatters
 from .view_hoist import hoist_views
 
 log = logging.getLogger("fusionstitch.passes")
@@ -33,6 +34,8 @@ PIPELINE: tuple[tuple[str, Pass, str], ...] = (
      "first: a bmm of broadcasts becomes one mm before matvec looks at bmm shapes"),
     ("matvec", decompose_matvec,
      "early: its permutes and reductions then go through folding like the graph's own"),
+    ("strided_scatter", rewrite_strided_scatters,
+     "before fold_views, which folds the views it makes into their neighbours'"),
     ("view_hoist", hoist_views,
      "before fold_views, which folds the squeeze and unsqueeze pairs it leaves, and CSE, "
      "which merges the equal ops it makes (one per step of a stacked mean's backward)"),
