@@ -32,6 +32,10 @@ choice) was tried (2026-11-27, bench.ab, one thread): the six convolutions of
 resnet_infer went from 291 to 272 us, but the copies' launches, allocations and views
 cost as much (step 0.519 -> 0.540 ms), and mobilenet_v2's 52 copies more (4.11 -> 4.21
 ms): not taken. A copy made once per weight version (torch's `_version`) would be.
+In training too (tried 2026-12-02: a weight saved for the backward copied once per step,
+for the forward's convolution and the backward's; resnet_train's forward 0.656 -> 0.645
+ms, backward even, but planners packed each copy into its convolution input's producer
+and split that kernel from its batch statistics: resnet_bottleneck_train 4 -> 7 kernels).
 
 2-D poolings (max pooling with indices, average pooling) are rewritten the same way,
 their input through the copy and their result channels-last: torch's pooling vectorises
@@ -54,28 +58,29 @@ output it stays a convolution. FUSIONSTITCH_CONV_GEMM=0 keeps them convolutions 
 
 Training (2026-12-02): a convolution whose result a batch norm reduces per channel runs
 channels-last too (it was left NCHW while the planners found no schedule for such
-statistics fused with the NHWC copy of their normalised result: the lowering now
-stores that copy at the statistics' own rows, codegen/lower.py `element_index`). A
-value saved for the backward that a rewritten convolution reads is saved as its
-channels-last copy (the producer stores it once, and the backward gets it
-channels-last). In a backward, `convolution_backward` of an input torch gets
-channels-last (such a saved copy: its recorded strides, `_channels_last_input`) takes its
-output gradient through the same NHWC copy, fused into the gradient's producer (torch
-would copy an NCHW gradient itself), and its input gradient, channels-last from torch,
-is spelled as a forward result is (`_input_gradient`). Its weight gradient comes back
-channels-last (oneDNN's choice) and AccumulateGrad copies it into the parameter's
-layout. Two convolutions stay NCHW: one torch runs through its own im2col loops
-(`_onednn`, ATen's rule: an unstrided 1x1 convolution of a batch under 16 on one
-thread), which a channels-last input only costs a copy, and one whose input is
-normalised by batch statistics of an NCHW value (`_stats_of_nchw`: the copy would be
-stored across the grain of the statistics' kernel), unless torch runs them
-channels-last anyway: a weight torch reads as channels-last (a model made channels-last,
-`_weight_channels_last`) makes torch run the convolution so on either path and copy an
-NCHW input and gradient itself (mobilenet_v2_train_cl, whose 1x1 convolutions stayed
-NCHW: 30.6 -> 19.1 ms with the weight rule, eager 21.6). One thread, small size, side by
-side with the pass before (bench/results/models_cnn_train_2026-12-02d.md): resnet_train
-3.12 -> 2.55 ms (Inductor 2.28), mobilenet_v2_train 23.0 -> 20.7 (18.6),
-mobilevit_train 22.8 -> 21.3 (20.9).
+statistics fused with the NHWC copy of their normalised result: the lowering now stores
+that copy at the statistics' own rows, codegen/lower.py `element_index`). A value saved
+for the backward that a rewritten convolution reads is saved as its channels-last copy
+(the producer stores it once, and the backward gets it channels-last); so is a pooling's
+input (resnet's stem: relu of batch-normalised values, which the statistics' kernel
+stored NCHW across its grain besides the pooling's copy). In a backward,
+`convolution_backward` of an input torch gets channels-last (such a saved copy: its
+recorded strides, `_channels_last_input`) takes its output gradient through the same
+NHWC copy, fused into the gradient's producer (torch would copy an NCHW gradient
+itself), and its input gradient, channels-last from torch, is spelled as a forward
+result is (`_input_gradient`). Its weight gradient comes back channels-last (oneDNN's
+choice) and AccumulateGrad copies it into the parameter's layout. Two convolutions stay
+NCHW: one torch runs through its own im2col loops (`_onednn`, ATen's rule: an unstrided
+1x1 convolution of a batch under 16 on one thread), which a channels-last input only
+costs a copy, and one whose input is normalised by batch statistics of an NCHW value
+(`_stats_of_nchw`: the copy would be stored across the grain of the statistics' kernel),
+unless torch runs them channels-last anyway: a weight torch reads as channels-last (a
+model made channels-last, `_weight_channels_last`) makes torch run the convolution so on
+either path and copy an NCHW input and gradient itself (mobilenet_v2_train_cl, whose 1x1
+convolutions stayed NCHW: 30.6 -> 19.1 ms with the weight rule, eager 21.6). One thread,
+small size, side by side with the pass before
+(bench/results/models_cnn_train_2026-12-02d.md): resnet_train 3.12 -> 2.55 ms (Inductor
+2.28), mobilenet_v2_train 23.0 -> 20.7 (18.6), mobilevit_train 22.8 -> 21.3 (20.9).
 
 Graph outputs: a result the caller sees keeps eager's layout, so a convolution whose
 result (or a view of it) is a graph output is rewritten only when every such output is
@@ -293,7 +298,10 @@ def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = fr
     stats_of = _statistics_read(g, types)
     for n in g.nodes:
         if _pool_rewritable(n, types, seen) and not _stats_of_nchw(n, stats_of, cl):
-            nodes += _pool_channels_last(n, types, taken, cl)
+            pooled = _pool_channels_last(n, types, taken, cl)
+            if len(pooled) > 1:         # its input saved for the backward: as its copy
+                at_output.setdefault(n.args[0].name, Ref(pooled[-2].name))
+            nodes += pooled
             continue
         if n.op == GETITEM and isinstance(n.args[0], Ref) and n.args[0].name in backward_cl:
             nodes += _input_gradient(n, taken, cl) if n.args[1] == 0 else [n]

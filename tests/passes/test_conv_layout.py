@@ -382,6 +382,29 @@ def test_a_convolution_input_saved_for_the_backward_is_saved_channels_last():
     assert seen.outputs[1].name == r.name
 
 
+def test_a_pooling_input_saved_for_the_backward_is_saved_channels_last():
+    """A pooling's input the backward reads too (resnet's stem: relu of batch-normalised
+    values, read by the relu's and the max pooling's backward) is saved as the pooling's
+    channels-last copy: the statistics' kernel stored it twice, once NHWC for the
+    pooling and once NCHW across its grain (4.2x Inductor's time for that kernel in
+    bench.groups)."""
+    b = GraphBuilder()
+    x = b.param((2, 4, 8, 8))
+    r = b.op("relu.default", x)
+    mp = b.op("max_pool2d_with_indices.default", r, [3, 3], [2, 2], [1, 1])
+    g = b.build(b.op("relu.default", b.getitem(mp, 0)), r, b.getitem(mp, 1))
+    saved = channels_last_convs(g, CPU, free_outputs=frozenset({1, 2}))
+    out = saved[saved.outputs[1].name]
+    assert out.op == "permute.default" and tuple(out.args[1]) == (0, 3, 1, 2)
+    assert saved[out.args[0].name].op == "clone.default"
+    assert _ops(saved).count("clone.default") == 1
+    xs = random_inputs(g)
+    for a, c in zip(run_graph(saved, xs), run_graph(g, xs)):
+        assert torch.equal(a, c)
+    # a value the caller sees keeps its own layout
+    assert channels_last_convs(g, CPU).outputs[1].name == r.name
+
+
 def _conv_backward_graph(strides=(144, 1, 24, 4), grad_input_out=False, kernel=3):
     """A backward's convolution_backward of a saved input `x` (recorded `strides`: those
     of the tensor the backward is compiled for) and a gradient our kernels compute."""
