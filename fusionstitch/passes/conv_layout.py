@@ -36,6 +36,11 @@ In training too (tried 2026-12-02: a weight saved for the backward copied once p
 for the forward's convolution and the backward's; resnet_train's forward 0.656 -> 0.645
 ms, backward even, but planners packed each copy into its convolution input's producer
 and split that kernel from its batch statistics: resnet_bottleneck_train 4 -> 7 kernels).
+Also tried (2026-12-03): a value saved for the backward that is computed elementwise from
+a channels-last value saved as its channels-last copy (mobilevit_train_cl's SiLU inputs,
+28 copies; kernel counts unchanged). bench.ab, 11 interleaved rounds: mobilevit_train_cl
+and mobilevit_train even, resnet_train 2.10 -> 2.22 ms, mobilenet_v2_train 19.9 -> 21.8:
+not taken.
 
 2-D poolings (max pooling with indices, average pooling) are rewritten the same way,
 their input through the copy and their result channels-last: torch's pooling vectorises
