@@ -125,7 +125,7 @@ def _permuted(t: TensorType, perm: tuple[int, ...]) -> TensorType:
     return TensorType(tuple(t.shape[d] for d in perm), t.dtype)
 
 
-def _seen_values(g: Graph, free_outputs: frozenset[int]) -> set[str]:
+def seen_values(g: Graph, free_outputs: frozenset[int]) -> set[str]:
     """Values whose layout the caller sees: graph outputs at positions not in
     `free_outputs`, and the sources of views among them (a view's strides follow its
     source's)."""
@@ -285,7 +285,7 @@ def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = fr
         raise ValueError(f"target {target}: unknown conv_layout {layout!r}; "
                          f"expected one of {LAYOUTS}")
     types = {n.name: n.type for n in g.nodes}
-    seen = _seen_values(g, frozenset(free_outputs))
+    seen = seen_values(g, frozenset(free_outputs))
     cl = {n.name for n in g.nodes if _channels_last_input(n) or _nchw_view(g, n)}
     seen_items = {(m.args[0].name, m.args[1]) for m in g.nodes
                   if m.op == GETITEM and m.name in seen and isinstance(m.args[0], Ref)}

@@ -6,6 +6,7 @@ from typing import Callable
 
 from ..ir.graph import Graph
 from .constant_fold import constant_fold
+from .attention_layout import attention_query_layout
 from .conv_layout import channels_last_convs
 from .cse import cse
 from .broadcast_bmm import unbroadcast_bmm
@@ -49,6 +50,9 @@ PIPELINE: tuple[tuple[str, Pass, str], ...] = (
      "after fold_views, which would cancel its permute pairs, and after CSE, so that "
      "twin convolutions are one; target-gated (Target.conv_layout: cpu runs convolutions "
      "channels-last)"),
+    ("attention_layout", attention_query_layout,
+     "after fold_views, which would cancel its permute pair, and after CSE; a query "
+     "computed by a kernel is stored in its attention output's reading order"),
     ("output_layouts", spell_output_layouts,
      "after fold_views, which would cancel its permute pair, and before read_copies, "
      "whose rewrite then reaches a channels-last output's other readers; gets eager's "

@@ -236,14 +236,6 @@ def test_compiled_batch_norm_training_equals_torch():
             torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-6, msg=name)
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _saved_pointwise_then_statistics(batch=2):
     """A 1x1 convolution saved for the backward (so not a GEMM), batch statistics of its
     result, and a 3x3 convolution of the normalised value."""

@@ -43,7 +43,9 @@ def test_dump_called_once_per_pass_in_order():
     assert [name for name, _, _ in PIPELINE] == ["unbroadcast_bmm", "matvec", "strided_scatter",
                                                "view_hoist",
                                                "fold_views",
-                                               "constant_fold", "cse", "conv_layout", "output_layouts",
+                                               "constant_fold", "cse", "conv_layout",
+                                               "attention_layout",
+                                               "output_layouts",
                                                "read_copies",
                                                "gemm_accumulate", "dce"]
 
