@@ -12,6 +12,7 @@ from .cse import cse
 from .broadcast_bmm import unbroadcast_bmm
 from .dce import dce
 from .gemm_accumulate import accumulate_products
+from .keepdim_views import drop_kept_dims
 from .distinct_outputs import keep_apart
 from .matvec import decompose_matvec
 from .output_layouts import spell_output_layouts
@@ -42,6 +43,9 @@ PIPELINE: tuple[tuple[str, Pass, str], ...] = (
      "which merges the equal ops it makes (one per step of a stacked mean's backward)"),
     ("fold_views", fold_views,
      "first: collapsed view chains give CSE one spelling per view and expose identities"),
+    ("keepdim_views", drop_kept_dims,
+     "after fold_views, whose one view per chain it folds into a keepdim reduction "
+     "(a bias gradient's view of its [1, n] sum)"),
     ("constant_fold", constant_fold,
      "before CSE so that equal folded constants merge; needs no CSE itself"),
     ("cse", cse,

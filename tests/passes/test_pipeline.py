@@ -42,7 +42,7 @@ def test_dump_called_once_per_pass_in_order():
     assert [name for name, _ in seen] == [name for name, _, _ in PIPELINE]
     assert [name for name, _, _ in PIPELINE] == ["unbroadcast_bmm", "matvec", "strided_scatter",
                                                "view_hoist",
-                                               "fold_views",
+                                               "fold_views", "keepdim_views",
                                                "constant_fold", "cse", "conv_layout",
                                                "attention_layout",
                                                "output_layouts",
