@@ -25,8 +25,9 @@ so its producer stores it once and the backward's attention gets the forward's l
 Correctness never depends on the layout: kernels read their inputs through their
 run-time strides and torch's attention takes any strides. Not rewritten: a query that
 is a view or a library call's result (its layout is another op's choice; a projection's
-transposed view is [B, S, H, D] already), a query or an attention output whose layout
-the caller sees (a graph output outside `free_outputs`), and outputs read otherwise.
+transposed view is [B, S, H, D] already), one another op reads too (its producer would
+store it in both orders), a query or an attention output whose layout the caller sees
+(a graph output outside `free_outputs`), and outputs read otherwise.
 """
 from __future__ import annotations
 
@@ -88,6 +89,8 @@ def _rewritable(g: Graph, n: Node, users: dict, seen: set[str]) -> bool:
     d = lookup(q.op)
     if d.view or d.category not in (Category.ELEMENTWISE, Category.DATA_MOVEMENT):
         return False            # a view, a parameter, a library call's result
+    if users[q.name] != (n.name,):
+        return False            # read elsewhere too: its producer would store it twice
     out = [g[u] for u in users[n.name] if g[u].op == GETITEM and g[u].args[1] == 0]
     if len(out) != 1 or out[0].name in seen:
         return False

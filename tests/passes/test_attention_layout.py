@@ -18,7 +18,7 @@ from helpers_passes import random_inputs, run_graph
 B, H, S, D = 2, 3, 6, 4
 
 
-def _attention_graph(query="rotary", read="heads_inner", q_output=False):
+def _attention_graph(query="rotary", read="heads_inner", q_output=False, q_read=False):
     """q (rotary: computed by a kernel from the projection's transposed view; view: the
     transposed view itself), attention, its output read as `read`."""
     b = GraphBuilder()
@@ -37,7 +37,8 @@ def _attention_graph(query="rotary", read="heads_inner", q_output=False):
         out = b.op("mm.default", rows, w)         # the output projection
     else:
         out = b.op("mul.Scalar", o, 2.0)
-    outs = (out, lse) + ((q,) if q_output else ())
+    outs = (out, lse) + ((q,) if q_output else ()) + \
+        ((b.op("neg.default", q),) if q_read else ())
     return b.build(*outs)
 
 
@@ -60,7 +61,7 @@ def test_a_computed_query_is_stored_heads_inner_and_values_are_torchs():
 
 
 @pytest.mark.parametrize("case", [dict(query="view"), dict(read="other"),
-                                  dict(q_output=True)])
+                                  dict(q_output=True), dict(q_read=True)])
 def test_queries_views_other_readers_and_seen_layouts_are_left_alone(case):
     g = _attention_graph(**case)
     assert attention_query_layout(g, None, frozenset()) is g
