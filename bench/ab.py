@@ -39,6 +39,18 @@ def _split(variant: str) -> tuple[str, dict]:
     return name, dict(kv.split("=", 1) for kv in rest.split(",") if kv)
 
 
+def parse_variants(text: str) -> tuple[str, ...]:
+    """"eager,fusionstitch:A=1,B=2,inductor" -> ("eager", "fusionstitch:A=1,B=2",
+    "inductor"): a comma item holding "=" is one more setting of the variant before it."""
+    variants: list[str] = []
+    for item in text.split(","):
+        if "=" in item and ":" not in item and variants and ":" in variants[-1]:
+            variants[-1] += "," + item
+        elif item:
+            variants.append(item)
+    return tuple(variants)
+
+
 def ab(workload: str, variants=("eager", "fusionstitch", "inductor"), rounds: int = 30,
        warmup: int = 3, size: str = "small", target: str = "cpu") -> dict:
     """Median thread time (ms) per variant of ``workload``, interleaved; see the module doc."""
@@ -87,7 +99,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     import torch
     torch.set_num_threads(a.threads)
-    variants = tuple(a.variants.split(","))
+    variants = parse_variants(a.variants)
     for w in a.workloads.split(","):
         r = ab(w, variants, a.rounds, a.warmup, a.size, a.target)
         base = r["median_ms"][variants[0]]

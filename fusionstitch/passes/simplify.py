@@ -3,7 +3,9 @@
 Shapes in the IR are logical, so any chain of pure reshapes (view, reshape,
 squeeze, unsqueeze, alias) is one reshape of the chain's source to the final
 shape, and a chain of permutes is one permute. A reshape or expand that keeps
-its input's type is the identity and its uses read the input directly.
+its input's type is the identity and its uses read the input directly; so is a
+`constant_pad_nd` whose pads are all zero (a copy, not a view: transformers' "same"
+padding before a 1x1 convolution), whose uses read its input.
 
 One exception keeps AOTAutograd's output aliasing intact: an output is never
 forwarded onto a parameter or onto another output, since the caller may rely
@@ -23,6 +25,13 @@ RESHAPES = LOGICAL_RESHAPES
 # Ops that are the identity when their result type equals their input's type.
 IDENTITY_WHEN_SAME_TYPE = RESHAPES | {"expand.default"}
 PERMUTE = "permute.default"
+PAD = "constant_pad_nd.default"
+
+
+def _zero_pad(n: Node) -> bool:
+    """n pads nothing: a constant_pad_nd whose pads are all the int 0."""
+    return n.op == PAD and len(n.args) >= 2 and isinstance(n.args[1], (tuple, list)) \
+        and all(type(p) is int and p == 0 for p in n.args[1])
 
 
 def _folded_op(ops: frozenset[str]) -> str:
@@ -62,8 +71,8 @@ def fold_views(g: Graph) -> Graph:
                                        for k, v in n.kwargs))
         src = n.args[0] if n.args else None
         if isinstance(src, Ref) and isinstance(n.type, TensorType):
-            if n.op in IDENTITY_WHEN_SAME_TYPE and types[src.name] == n.type \
-                    and forward(n, src.name):
+            if (n.op in IDENTITY_WHEN_SAME_TYPE or _zero_pad(n)) \
+                    and types[src.name] == n.type and forward(n, src.name):
                 continue
             if n.op in RESHAPES:
                 source, ops = reshape_src.get(src.name, (src.name, frozenset()))

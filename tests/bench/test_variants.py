@@ -201,3 +201,14 @@ def test_each_compiled_variant_checks_only_its_own_dynamo_entry():
     assert len(codes) == 2
     assert all(len(entries(code)) == 1 for code in codes.values())
     assert not entries(fn.__code__)
+
+
+def test_ab_variants_with_several_settings():
+    """bench.ab's --variants: a variant's settings are comma-separated too, so an item
+    with "=" after a variant with settings belongs to it."""
+    from bench.ab import _split, parse_variants
+    got = parse_variants("eager,fusionstitch:A=0,B=1,fusionstitch:B=1,inductor")
+    assert got == ("eager", "fusionstitch:A=0,B=1", "fusionstitch:B=1", "inductor")
+    assert _split(got[1]) == ("fusionstitch", {"A": "0", "B": "1"})
+    assert parse_variants("eager,fusionstitch,inductor") == ("eager", "fusionstitch",
+                                                              "inductor")

@@ -9,6 +9,7 @@ import fusionstitch
 from fusionstitch.frontend.build import GraphBuilder
 from fusionstitch.ir.verify import verify
 from fusionstitch.passes.read_copies import read_channels_last_copies
+from fusionstitch.schedule.propagate import escaping_values
 from fusionstitch.targets import CPU, CUDA
 
 from helpers_passes import assert_same_results
@@ -67,8 +68,9 @@ class Block(torch.nn.Module):
     """An inverted residual (mobilenet's, mobilevit's): the activation is read by a 1x1
     convolution (a GEMM over its NHWC copy) and by the residual add."""
 
-    def __init__(self, c=8):
+    def __init__(self, c=8, zero_pad=False):
         super().__init__()
+        self.zero_pad = zero_pad
         self.bn = torch.nn.BatchNorm2d(c)
         self.expand = torch.nn.Conv2d(c, 2 * c, 1)
         self.dw = torch.nn.Conv2d(2 * c, 2 * c, 3, padding=1, groups=2 * c)
@@ -76,14 +78,19 @@ class Block(torch.nn.Module):
 
     def forward(self, x):
         a = torch.nn.functional.silu(self.bn(x))
-        y = self.project(torch.nn.functional.silu(self.dw(self.expand(a))))
+        # transformers' TF "same" padding pads a 1x1 convolution's input by zeros
+        e = torch.nn.functional.pad(a, (0, 0, 0, 0)) if self.zero_pad else a
+        y = self.project(torch.nn.functional.silu(self.dw(self.expand(e))))
         return y + a
 
 
 @pytest.mark.usefixtures("strict_fresh")
-def test_block_matches_eager():
+@pytest.mark.parametrize("zero_pad", [False, True], ids=["plain", "zero_pad"])
+def test_block_matches_eager(zero_pad):
+    """With a zero pad between the activation and its 1x1 convolution too: the pad is
+    the identity (fold_views), so the copy is the activation's and the add reads it."""
     torch.manual_seed(0)
-    m = Block().eval()
+    m = Block(zero_pad=zero_pad).eval()
     with torch.no_grad():
         m.bn.running_mean.uniform_(-1, 1)
         m.bn.running_var.uniform_(0.5, 2)
@@ -99,3 +106,8 @@ def test_block_matches_eager():
         rep = fusionstitch.explain(m, x, target="cpu")
     # the residual add reads the activation from the expand GEMM's NHWC copy
     assert any("_from_copy" in n.name for g in rep.graphs for n in g.plan.graph.nodes)
+    # the kernel computing the activation stores it once (NHWC), not NCHW beside it
+    [plan] = [g.plan for g in rep.graphs]
+    [act] = [k for k in plan.groups
+             if any(plan.graph[n].op == "sqrt.default" for n in k.nodes)]
+    assert len(escaping_values(plan.graph, act.nodes)) == 1, plan.to_text()

@@ -100,3 +100,24 @@ def test_identity_permute_output_of_param_is_kept():
     out = fold_views(g)
     assert out.outputs == (Ref(t.name),) and out[t.name].args == (Ref(x.name), (0, 1))
     assert_same_results(g, out)
+
+
+def test_zero_pad_is_the_identity_but_a_real_pad_is_kept():
+    """constant_pad_nd by zeros copies its input (transformers' "same" padding before a
+    1x1 convolution): its readers read the input. A pad that grows or crops stays, and
+    an output is not forwarded onto a parameter."""
+    b = GraphBuilder()
+    x = b.param((2, 3, 4, 5))
+    e = b.op("exp.default", x)
+    z = b.op("constant_pad_nd.default", e, (0, 0, 0, 0), 0.0)
+    grow = b.op("constant_pad_nd.default", e, (1, 0, 0, 2), 0.0)
+    crop = b.op("constant_pad_nd.default", e, (0, -1), 0.0)
+    kept = b.op("constant_pad_nd.default", x, (0, 0), 0.0)
+    g = b.build(b.op("neg.default", z), grow, crop, kept)
+    out = fold_views(g)
+    assert _ops(out) == ["exp.default", "constant_pad_nd.default",
+                         "constant_pad_nd.default", "constant_pad_nd.default",
+                         "neg.default"]
+    assert out[out.outputs[0].name].args[0] == Ref(e.name)
+    assert out[kept.name].args[0] == Ref(x.name)
+    assert_same_results(g, out)
