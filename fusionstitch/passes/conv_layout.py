@@ -70,7 +70,7 @@ for the backward that a rewritten convolution reads is saved as its channels-las
 input (resnet's stem: relu of batch-normalised values, which the statistics' kernel
 stored NCHW across its grain besides the pooling's copy). In a backward,
 `convolution_backward` of an input torch gets channels-last (such a saved copy: its
-recorded strides, `_channels_last_input`) takes its output gradient through the same
+recorded strides, `channels_last_input`) takes its output gradient through the same
 NHWC copy, fused into the gradient's producer (torch would copy an NCHW gradient
 itself), and its input gradient, channels-last from torch, is spelled as a forward
 result is (`_input_gradient`). Its weight gradient comes back channels-last (oneDNN's
@@ -286,7 +286,7 @@ def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = fr
                          f"expected one of {LAYOUTS}")
     types = {n.name: n.type for n in g.nodes}
     seen = seen_values(g, frozenset(free_outputs))
-    cl = {n.name for n in g.nodes if _channels_last_input(n) or _nchw_view(g, n)}
+    cl = {n.name for n in g.nodes if channels_last_input(n) or _nchw_view(g, n)}
     seen_items = {(m.args[0].name, m.args[1]) for m in g.nodes
                   if m.op == GETITEM and m.name in seen and isinstance(m.args[0], Ref)}
     weights_cl = _weights_cl(g)
@@ -361,7 +361,7 @@ def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = fr
 channels_last_convs.needs_context = True
 
 
-def _channels_last_input(n: Node) -> bool:
+def channels_last_input(n: Node) -> bool:
     """A graph input whose recorded strides (frontend/fx_to_ir) are channels-last."""
     strides = n.kwarg("strides") if n.op == PARAMETER else None
     if strides is None or not isinstance(n.type, TensorType) or n.type.rank != 4:

@@ -17,6 +17,7 @@ from .distinct_outputs import keep_apart
 from .matvec import decompose_matvec
 from .output_layouts import spell_output_layouts
 from .read_copies import read_channels_last_copies
+from .saved_layouts import save_channels_last
 from .simplify import fold_views
 from .strided_scatter import rewrite_strided_scatters
 from .view_hoist import hoist_views
@@ -57,6 +58,10 @@ PIPELINE: tuple[tuple[str, Pass, str], ...] = (
     ("attention_layout", attention_query_layout,
      "after fold_views, which would cancel its permute pair, and after CSE; a query "
      "computed by a kernel is stored in its attention output's reading order"),
+    ("saved_layouts", save_channels_last,
+     "after conv_layout, whose channels-last results it follows, and before read_copies, "
+     "whose rewrite then reaches the other readers of a value saved channels-last; "
+     "target-gated as conv_layout is"),
     ("output_layouts", spell_output_layouts,
      "after fold_views, which would cancel its permute pair, and before read_copies, "
      "whose rewrite then reaches a channels-last output's other readers; gets eager's "

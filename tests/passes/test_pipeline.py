@@ -44,7 +44,7 @@ def test_dump_called_once_per_pass_in_order():
                                                "view_hoist",
                                                "fold_views", "keepdim_views",
                                                "constant_fold", "cse", "conv_layout",
-                                               "attention_layout",
+                                               "attention_layout", "saved_layouts",
                                                "output_layouts",
                                                "read_copies",
                                                "gemm_accumulate", "dce"]
