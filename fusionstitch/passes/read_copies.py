@@ -38,16 +38,11 @@ def read_channels_last_copies(g: Graph, target=None,
     outputs = g.output_names
     copies: dict[str, tuple[Node, Node]] = {}     # V -> (its NHWC permute, the copy)
     for n in g.nodes:
-        if n.op != CLONE or len(n.args) != 1 or not isinstance(n.args[0], Ref):
+        p = nhwc_copy_permute(g, n)
+        if p is None or readers[p.name] != (n.name,):
             continue
-        if n.kwarg("memory_format") not in (None, torch.contiguous_format):
-            continue
-        p = g[n.args[0].name]
-        if p.op != PERMUTE or tuple(p.args[1]) != TO_NHWC or readers[p.name] != (n.name,):
-            continue
-        v = g[p.args[0].name] if isinstance(p.args[0], Ref) else None
-        if v is None or v.name in copies or not _copyable(v, outputs) or \
-                readers[v.name] == (p.name,):
+        v = g[p.args[0].name]
+        if v.name in copies or not _copyable(v, outputs) or readers[v.name] == (p.name,):
             continue
         copies[v.name] = (p, n)
     if not copies:
@@ -70,6 +65,18 @@ def read_channels_last_copies(g: Graph, target=None,
 
 
 read_channels_last_copies.needs_context = True
+
+
+def nhwc_copy_permute(g: Graph, n: Node) -> Node | None:
+    """The permute p when n is a row-major NHWC copy `clone(p)`, `p = permute(V, NHWC)`
+    of a value V of the graph (conv_layout's and output_layouts' copies); else None."""
+    if n.op != CLONE or len(n.args) != 1 or not isinstance(n.args[0], Ref) or \
+            n.kwarg("memory_format") not in (None, torch.contiguous_format):
+        return None
+    p = g[n.args[0].name]
+    if p.op != PERMUTE or tuple(p.args[1]) != TO_NHWC or not isinstance(p.args[0], Ref):
+        return None
+    return p
 
 
 def _copyable(v: Node, outputs: frozenset[str]) -> bool:

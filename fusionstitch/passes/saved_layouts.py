@@ -29,12 +29,11 @@ keeps its layout).
 """
 from __future__ import annotations
 
-import torch
-
 from ..ir.graph import PARAMETER, Graph, Node, Ref, TensorType, fresh_name
 from ..ir.ops import Category, lookup
-from .conv_layout import CLONE, PERMUTE, TO_NCHW, TO_NHWC, channels_last_input, seen_values
+from .conv_layout import PERMUTE, TO_NCHW, TO_NHWC, channels_last_input, seen_values
 from .output_layouts import spell_output_layouts
+from .read_copies import nhwc_copy_permute
 
 _COMPUTED = frozenset({Category.ELEMENTWISE, Category.DATA_MOVEMENT})
 
@@ -127,10 +126,7 @@ def _nhwc_copies(g: Graph) -> dict[str, str]:
     """V -> the name of a row-major `clone(permute(V, NHWC))` in g."""
     found: dict[str, str] = {}
     for n in g.nodes:
-        if n.op != CLONE or len(n.args) != 1 or not isinstance(n.args[0], Ref) or \
-                n.kwarg("memory_format") not in (None, torch.contiguous_format):
-            continue
-        p = g[n.args[0].name]
-        if p.op == PERMUTE and tuple(p.args[1]) == TO_NHWC and isinstance(p.args[0], Ref):
+        p = nhwc_copy_permute(g, n)
+        if p is not None:
             found.setdefault(p.args[0].name, n.name)
     return found
