@@ -58,8 +58,22 @@ Two kinds of convolution are GEMMs and run as one (`mm`/`addmm`, static sizes, o
 group, no padding), whose result is NHWC as the channels-last convolution's was: a 1x1
 convolution over the rows of the pixels its stride picks from the NHWC input
 (`_as_gemm`), and one whose stride is its kernel size and whose patches tile the image
-over its patches copied into rows (`_patches_as_gemm`). Where the result is a graph
-output it stays a convolution. FUSIONSTITCH_CONV_GEMM=0 keeps them convolutions (the A/B).
+over its patches copied into rows (`_patches_as_gemm`; where its result is a graph
+output it stays a convolution). FUSIONSTITCH_CONV_GEMM=0 keeps them convolutions (the A/B).
+
+In training too (2026-12-03), a 1x1 convolution saved for the backward is a GEMM, and
+its input is saved as the NHWC rows the GEMM read (`_saved_rows`); the backward's
+`convolution_backward` of such rows is GEMMs over them and over the gradient's NHWC copy
+(`_backward_as_gemm`: the input gradient `g @ W`, the weight gradient `g^T @ x`, the bias
+gradient a column sum), which torch would run through its im2col loops after copying the
+NCHW gradient to the input's layout itself. Left a convolution through torch's loops
+(`_onednn`), the 1x1 convolution's NCHW result made the batch statistics that follow it
+NCHW, and so the depthwise convolution they normalise (`_stats_of_nchw`), which oneDNN
+runs 2.5x slower NCHW (mobilevit_train's [4, 32, 32, 32]: 463 us against 179 us
+channels-last). bench.ab, 9 rounds, one thread, small size, before -> after (Inductor):
+mobilevit_train 23.6 -> 19.8 ms (19.9), mobilenet_v2_train 21.4 -> 18.5 (20.6); 21
+rounds: resnet_train 3.04 -> 2.90, mobilenet_v2_train_cl 23.7 -> 23.0,
+mobilevit_train_cl 22.5 -> 22.1, resnet_bottleneck_train 1.55 -> 1.57 (1.46).
 
 Training (2026-12-02): a convolution whose result a batch norm reduces per channel runs
 channels-last too (it was left NCHW while the planners found no schedule for such
@@ -76,8 +90,8 @@ itself), and its input gradient, channels-last from torch, is spelled as a forwa
 result is (`_input_gradient`). Its weight gradient comes back channels-last (oneDNN's
 choice) and AccumulateGrad copies it into the parameter's layout. Two convolutions stay
 NCHW: one torch runs through its own im2col loops (`_onednn`, ATen's rule: an unstrided
-1x1 convolution of a batch under 16 on one thread), which a channels-last input only
-costs a copy, and one whose input is normalised by batch statistics of an NCHW value
+1x1 convolution of a batch under 16 on one thread, where it is not a GEMM: padded or
+grouped), which a channels-last input only costs a copy, and one whose input is normalised by batch statistics of an NCHW value
 (`_stats_of_nchw`: the copy would be stored across the grain of the statistics' kernel),
 unless torch runs them channels-last anyway: a weight torch reads as channels-last (a
 model made channels-last, `_weight_channels_last`) makes torch run the convolution so on
@@ -290,16 +304,18 @@ def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = fr
     seen_items = {(m.args[0].name, m.args[1]) for m in g.nodes
                   if m.op == GETITEM and m.name in seen and isinstance(m.args[0], Ref)}
     weights_cl = _weights_cl(g)
+    gemms = env_flag_default("FUSIONSTITCH_CONV_GEMM", True)
     if not any(_rewritable(n, types, seen) or _pool_rewritable(n, types, seen)
                or _backward_rewritable(n, types, cl, seen_items, weights_cl)
+               or gemms and _backward_pointwise(n, types, cl, seen_items)
                for n in g.nodes):
         return g
     taken = set(types)
     nodes: list[Node] = []
     at_output: dict[str, Ref] = {}   # a value's name -> what free graph outputs read
     outputs_read = {o.name for o in g.outputs if isinstance(o, Ref)}
-    gemms = env_flag_default("FUSIONSTITCH_CONV_GEMM", True)
     backward_cl: set[str] = set()    # convolution backwards given channels-last values
+    backward_gemm: dict[str, Callable] = {}   # ... run as GEMMs: getitem -> its nodes
     stats_of = _statistics_read(g, types)
     for n in g.nodes:
         if _pool_rewritable(n, types, seen) and not _stats_of_nchw(n, stats_of, cl):
@@ -308,8 +324,15 @@ def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = fr
                 at_output.setdefault(n.args[0].name, Ref(pooled[-2].name))
             nodes += pooled
             continue
+        if n.op == GETITEM and isinstance(n.args[0], Ref) and n.args[0].name in backward_gemm:
+            nodes += backward_gemm[n.args[0].name](n)
+            continue
         if n.op == GETITEM and isinstance(n.args[0], Ref) and n.args[0].name in backward_cl:
             nodes += _input_gradient(n, taken, cl) if n.args[1] == 0 else [n]
+            continue
+        if gemms and _backward_pointwise(n, types, cl, seen_items):
+            made, backward_gemm[n.name] = _backward_as_gemm(n, types, taken, cl)
+            nodes += made
             continue
         if n.op == GETITEM and isinstance(n.args[0], Ref) and n.args[0].name in cl:
             cl.add(n.name)          # a pooling's values and indices, channels-last
@@ -322,12 +345,17 @@ def channels_last_convs(g: Graph, target=None, free_outputs: frozenset[int] = fr
         if not _rewritable(n, types, seen):
             nodes.append(n)
             continue
-        if gemms and n.name not in outputs_read:
+        if gemms:
             if _pointwise(n, types):
-                nodes += _as_gemm(n, types, taken)
+                made = _as_gemm(n, types, taken)
+                nodes += made
+                saved = n.args[0].name in outputs_read and _saved_rows(n, made, types, taken)
+                if saved:       # its input saved for the backward: as the rows it read
+                    nodes.append(saved)
+                    at_output.setdefault(n.args[0].name, Ref(saved.name))
                 cl.add(n.name)          # NHWC rows viewed as NCHW: channels-last
                 continue
-            if _patchwise(n, types):
+            if _patchwise(n, types) and n.name not in outputs_read:
                 nodes += _patches_as_gemm(n, types, taken)
                 cl.add(n.name)
                 continue
@@ -480,6 +508,88 @@ def _as_gemm(n: Node, types: dict, taken: set) -> list[Node]:
     return picked + [xp, xh] + _gemm_of_rows(n, Ref(xh.name), channels, node)
 
 
+def _backward_pointwise(n: Node, types: dict, cl: set, seen_items: set) -> bool:
+    """The backward of an unstrided, unpadded, undilated 1x1 convolution of one group
+    and static sizes whose input torch gets channels-last (`cl`: the forward saved the
+    NHWC rows its GEMM read, `_as_gemm`), whose input gradient the caller does not see."""
+    if n.op != CONV_BACKWARD or n.kwargs or len(n.args) != 11 or n.args[7]:
+        return False
+    grad, x, w = n.args[:3]
+    if not all(isinstance(a, Ref) for a in (grad, x, w)) or x.name not in cl:
+        return False
+    tg, tx, tw = (types.get(a.name) for a in (grad, x, w))
+    if not all(isinstance(t, TensorType) and t.rank == 4 and t.dtype == "f32"
+               and t.numel != 0 and all(type(d) is int for d in t.shape)
+               for t in (tg, tx, tw)):
+        return False
+    stride, padding, dilation, groups = n.args[4], n.args[5], n.args[6], n.args[9]
+    return tuple(tw.shape[2:]) == (1, 1) and list(stride) == [1, 1] \
+        and list(padding) == [0, 0] and list(dilation) == [1, 1] and groups == 1 \
+        and tuple(tg.shape[2:]) == tuple(tx.shape[2:]) and (n.name, 0) not in seen_items
+
+
+def _backward_as_gemm(n: Node, types: dict, taken: set, cl: set
+                      ) -> tuple[list[Node], Callable]:
+    """A pointwise convolution's backward (`_backward_pointwise`) as GEMMs over NHWC
+    rows, the forward's `_as_gemm` transposed:
+
+        g    = view(clone(permute(grad, NHWC)), [N*H*W, O])    (fused into grad's producer)
+        x    = view(permute(input, NHWC), [N*H*W, C])          (the saved rows: a view)
+        grad_input  = permute(view(mm(g, view(w, [O, C])), [N, H, W, C]), NCHW)
+        grad_weight = view(mm(permute(g, [1, 0]), x), [O, C, 1, 1])
+        grad_bias   = sum(g, [0])
+
+    torch would run it through its im2col loops, which copy an NCHW gradient to the
+    channels-last input's layout (~3 ns an element on one thread). Returns the nodes made
+    at the backward's place and `getitem -> its nodes` for the three results (each named
+    as the getitem it replaces)."""
+    grad, x, w = n.args[:3]
+    batch, out, height, width = types[grad.name].shape
+    channels = types[x.name].shape[1]
+    rows = batch * height * width
+    node = _maker(n, taken, types[grad.name].dtype)
+    gp = node("grad_nhwc", PERMUTE, (grad, TO_NHWC), (batch, height, width, out))
+    gc = node("grad_copy", CLONE, (Ref(gp.name),), (batch, height, width, out),
+              (("memory_format", torch.contiguous_format),))
+    g2 = node("grad_rows", VIEW, (Ref(gc.name), (rows, out)), (rows, out))
+    made = [gp, gc, g2]
+
+    def results(item: Node) -> list[Node]:
+        k = item.args[1]
+        if k == 0:
+            w2 = node("weight_2d", VIEW, (w, (out, channels)), (out, channels))
+            mm = node("grad_input_gemm", "mm.default", (Ref(g2.name), Ref(w2.name)),
+                      (rows, channels))
+            nh = node("grad_input_nhwc", VIEW, (Ref(mm.name), (batch, height, width, channels)),
+                      (batch, height, width, channels))
+            cl.add(item.name)
+            return [w2, mm, nh, Node(item.name, PERMUTE, (Ref(nh.name), TO_NCHW),
+                                     type=item.type)]
+        if k == 1:
+            xp = node("input_nhwc", PERMUTE, (x, TO_NHWC), (batch, height, width, channels))
+            x2 = node("input_rows", VIEW, (Ref(xp.name), (rows, channels)), (rows, channels))
+            gt = node("grad_rows_t", PERMUTE, (Ref(g2.name), (1, 0)), (out, rows))
+            mm = node("grad_weight_gemm", "mm.default", (Ref(gt.name), Ref(x2.name)),
+                      (out, channels))
+            return [xp, x2, gt, mm, Node(item.name, VIEW, (Ref(mm.name), (out, channels, 1, 1)),
+                                         type=item.type)]
+        return [Node(item.name, "sum.dim_IntList", (Ref(g2.name), (0,)), type=item.type)]
+    return made, results
+
+
+def _saved_rows(n: Node, made: list[Node], types: dict, taken: set) -> Node | None:
+    """For pointwise convolution `n` made a GEMM (`made`, `_as_gemm`): the NCHW view of
+    the NHWC rows it reads, `permute(copy, NCHW)`, channels-last memory, for a backward
+    that reads its input (a graph output of x is given it instead: the copy's producer
+    stores x once, and the backward's GEMMs read the rows as they are,
+    `_backward_as_gemm`); None where the GEMM reads every s-th pixel (its rows are not x)."""
+    if any(m.op == "slice.Tensor" for m in made):
+        return None
+    copy = next(m for m in made if m.op == CLONE)
+    return Node(fresh_name(f"{n.name}_in_cl", taken), PERMUTE, (Ref(copy.name), TO_NCHW),
+                type=types[n.args[0].name])
+
+
 def _patchwise(n: Node, types: dict) -> bool:
     """A convolution whose stride is its kernel's size (k > 1), without padding or
     dilation, of one group and static sizes that the patches tile exactly (a ViT's patch
@@ -520,12 +630,12 @@ def _patches_as_gemm(n: Node, types: dict, taken: set) -> list[Node]:
     return [split, order, copy] + _gemm_of_rows(n, Ref(copy.name), channels * kh * kw, node)
 
 
-def _maker(n: Node, taken: set) -> Callable:
+def _maker(n: Node, taken: set, dtype: str | None = None) -> Callable:
     """`node(stem, op, args, shape, kwargs=())`: a new node named after convolution `n`,
-    of `n`'s dtype."""
+    of `n`'s dtype (`dtype` where `n` is a tuple)."""
     def node(stem, op, args, shape, kwargs=()):
         return Node(fresh_name(f"{n.name}_{stem}", taken), op, args, kwargs,
-                    type=TensorType(tuple(shape), n.type.dtype))
+                    type=TensorType(tuple(shape), dtype or n.type.dtype))
     return node
 
 

@@ -236,12 +236,13 @@ def test_compiled_batch_norm_training_equals_torch():
             torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def _saved_pointwise_then_statistics(batch=2):
-    """A 1x1 convolution saved for the backward (so not a GEMM), batch statistics of its
-    result, and a 3x3 convolution of the normalised value."""
+def _saved_pointwise_then_statistics(batch=2, padding=(0, 0)):
+    """A 1x1 convolution saved for the backward, batch statistics of its result, and a
+    3x3 convolution of the normalised value."""
     b = GraphBuilder()
     x, w1, w2 = b.param((batch, 4, 6, 6)), b.param((4, 4, 1, 1)), b.param((4, 4, 3, 3))
-    y = b.op("convolution.default", x, w1, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    y = b.op("convolution.default", x, w1, None, [1, 1], list(padding), [1, 1], False,
+             [0, 0], 1)
     vm = b.op("var_mean.correction", y, [0, 2, 3], correction=0, keepdim=True)
     z = b.op("relu.default", b.op("sub.Tensor", y, b.getitem(vm, 1)))
     y2 = b.op("convolution.default", z, w2, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
@@ -253,18 +254,27 @@ def _rewritten(g):
                and g[n.args[0].name].op == "permute.default")
 
 
-def test_convolutions_torch_runs_in_its_own_loops_stay_nchw(one_thread):
-    """An unstrided 1x1 convolution of a batch under 16 on one thread runs through
-    torch's im2col loops, not oneDNN (ATen's use_mkldnn): channels-last buys it nothing.
-    Batch statistics of its NCHW result feed the next convolution: its NHWC copy would be
-    stored across the statistics kernel's grain, so that one stays NCHW too."""
-    g = _saved_pointwise_then_statistics()
-    assert _rewritten(channels_last_convs(g, CPU, free_outputs=frozenset({1}))) == 0
+def test_convolutions_torch_runs_in_its_own_loops_stay_nchw(one_thread, monkeypatch):
+    """An unstrided 1x1 convolution of a batch under 16 on one thread that is not a GEMM
+    (padded, or GEMMs turned off) runs through torch's im2col loops, not oneDNN (ATen's
+    use_mkldnn): channels-last buys it nothing. Batch statistics of its NCHW result feed
+    the next convolution: its NHWC copy would be stored across the statistics kernel's
+    grain, so that one stays NCHW too."""
+    free = frozenset({1})
+    g = _saved_pointwise_then_statistics(padding=(1, 1))
+    assert _rewritten(channels_last_convs(g, CPU, free_outputs=free)) == 0
     # a batch of 16 runs through oneDNN: both channels-last
-    g16 = _saved_pointwise_then_statistics(batch=16)
-    assert _rewritten(channels_last_convs(g16, CPU, free_outputs=frozenset({1}))) == 2
-    torch.set_num_threads(2)        # so do two threads
-    assert _rewritten(channels_last_convs(g, CPU, free_outputs=frozenset({1}))) == 2
+    g16 = _saved_pointwise_then_statistics(batch=16, padding=(1, 1))
+    assert _rewritten(channels_last_convs(g16, CPU, free_outputs=free)) == 2
+    # unpadded, it is a GEMM over NHWC rows: its statistics are of an NHWC value, and the
+    # 3x3 convolution they normalise runs channels-last
+    h = channels_last_convs(_saved_pointwise_then_statistics(), CPU, free_outputs=free)
+    assert "mm.default" in _ops(h) and _rewritten(h) == 1
+    monkeypatch.setenv("FUSIONSTITCH_CONV_GEMM", "0")
+    h = channels_last_convs(_saved_pointwise_then_statistics(), CPU, free_outputs=free)
+    assert "mm.default" not in _ops(h) and _rewritten(h) == 0
+    torch.set_num_threads(2)        # two threads run every one through oneDNN
+    assert _rewritten(channels_last_convs(g, CPU, free_outputs=free)) == 2
 
 
 def _with_strides(g, name, strides):
@@ -279,8 +289,8 @@ def test_a_convolution_of_a_channels_last_weight_runs_channels_last(one_thread):
     on its own loops too, and copies an NCHW input itself: a 1x1 convolution that would
     stay NCHW by the loops rule goes channels-last with such a weight, and the one after
     its batch statistics too. A 1x1 weight's channels-last strides differ from row-major
-    only on its size-1 dims."""
-    g = _saved_pointwise_then_statistics()
+    only on its size-1 dims. (Padded: an unpadded one is a GEMM.)"""
+    g = _saved_pointwise_then_statistics(padding=(1, 1))
     w1, w2 = [n.name for n in g.nodes if n.op == "parameter"][1:3]
     cl1 = _with_strides(g, w1, (4, 1, 4, 4))            # [4, 4, 1, 1] channels-last
     assert _rewritten(channels_last_convs(cl1, CPU, free_outputs=frozenset({1}))) == 2
@@ -298,17 +308,51 @@ def test_a_convolution_of_a_channels_last_weight_runs_channels_last(one_thread):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def test_a_backward_of_a_channels_last_weight_takes_its_gradient_channels_last(one_thread):
-    """The backward of a 1x1 convolution torch runs through its own loops, of a
-    channels-last input and weight: torch runs it channels-last, so the gradient is
-    copied NHWC by its producer (it was copied by torch, ~600 us a copy in
-    mobilenet_v2_train_cl, twice per backward)."""
+def test_a_backward_of_a_channels_last_weight_takes_its_gradient_channels_last(
+        one_thread, monkeypatch):
+    """The backward of a 1x1 convolution torch runs through its own loops (GEMMs off,
+    `_backward_as_gemm`), of a channels-last input and weight: torch runs it
+    channels-last, so the gradient is copied NHWC by its producer (it was copied by
+    torch, ~600 us a copy in mobilenet_v2_train_cl, twice per backward)."""
+    monkeypatch.setenv("FUSIONSTITCH_CONV_GEMM", "0")
     g = _conv_backward_graph(kernel=1)
     assert channels_last_convs(g, CPU) is g
     w = [n.name for n in g.nodes if n.op == "parameter"][2]
     h = channels_last_convs(_with_strides(g, w, (4, 1, 4, 4)), CPU)
     [cb] = [n for n in h.nodes if n.op == "convolution_backward.default"]
     assert h[h[cb.args[0].name].args[0].name].op == "clone.default"
+
+
+class _InvertedResidual(torch.nn.Module):
+    """mobilenet_v2's block: 1x1 expansion, depthwise 3x3, 1x1 projection (a bias on it
+    with `bias`), batch norms, activation `act`, the residual sum."""
+
+    def __init__(self, act, bias=False):
+        super().__init__()
+        self.act = act
+        self.c1 = torch.nn.Conv2d(8, 24, 1, bias=False)
+        self.b1 = torch.nn.BatchNorm2d(24)
+        self.c2 = torch.nn.Conv2d(24, 24, 3, padding=1, groups=24, bias=False)
+        self.b2 = torch.nn.BatchNorm2d(24)
+        self.c3 = torch.nn.Conv2d(24, 8, 1, bias=bias)
+        self.b3 = torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        y = self.act(self.b1(self.c1(x)))
+        y = self.act(self.b2(self.c2(y)))
+        return x + self.b3(self.c3(y))
+
+
+def _no_copy_in_convolutions_and_eager_gradients(prof, net, ref, ref64):
+    """No torch convolution in `prof` copied an operand to another layout, and `net`'s
+    gradients are `ref`'s within 4x its own distance from `ref64`'s (float64)."""
+    copies = [e for e in prof.events() if e.name == "aten::contiguous"
+              and e.cpu_parent is not None and "conv" in e.cpu_parent.name
+              and any(k.name == "aten::clone" for k in e.cpu_children)]
+    assert not copies, [(e.cpu_parent.name, e.input_shapes) for e in copies]
+    for (name, p), q, d in zip(net.named_parameters(), ref.parameters(), ref64.parameters()):
+        ours, eager = ((g.grad.double() - d.grad).abs().max() for g in (p, q))
+        assert ours <= 4 * max(eager, EPS32 * d.grad.abs().max()), (name, float(ours))
 
 
 def test_a_compiled_channels_last_model_hands_torch_no_layout_to_copy(one_thread):
@@ -319,23 +363,7 @@ def test_a_compiled_channels_last_model_hands_torch_no_layout_to_copy(one_thread
     the gradients are eager's within its own distance from float64."""
     import copy
     torch.manual_seed(0)
-
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.c1 = torch.nn.Conv2d(8, 24, 1, bias=False)
-            self.b1 = torch.nn.BatchNorm2d(24)
-            self.c2 = torch.nn.Conv2d(24, 24, 3, padding=1, groups=24, bias=False)
-            self.b2 = torch.nn.BatchNorm2d(24)
-            self.c3 = torch.nn.Conv2d(24, 8, 1, bias=False)
-            self.b3 = torch.nn.BatchNorm2d(8)
-
-        def forward(self, x):
-            y = torch.nn.functional.relu6(self.b1(self.c1(x)))
-            y = torch.nn.functional.relu6(self.b2(self.c2(y)))
-            return x + self.b3(self.c3(y))
-
-    net = Block().to(memory_format=torch.channels_last)
+    net = _InvertedResidual(torch.nn.functional.relu6).to(memory_format=torch.channels_last)
     ref, ref64 = copy.deepcopy(net), copy.deepcopy(net).double()
     torch._dynamo.reset()
     comp = torch.compile(net, backend=fusionstitch.backend(target="cpu"))
@@ -347,13 +375,7 @@ def test_a_compiled_channels_last_model_hands_torch_no_layout_to_copy(one_thread
         (comp(x) * x).sum().backward()
     for o in (ref(x), ref64(x.double())):
         (o * o.new_tensor(x)).sum().backward()
-    copies = [e for e in prof.events() if e.name == "aten::contiguous"
-              and e.cpu_parent is not None and "conv" in e.cpu_parent.name
-              and any(k.name == "aten::clone" for k in e.cpu_children)]
-    assert not copies, [(e.cpu_parent.name, e.input_shapes) for e in copies]
-    for (name, p), q, d in zip(net.named_parameters(), ref.parameters(), ref64.parameters()):
-        ours, eager = ((g.grad.double() - d.grad).abs().max() for g in (p, q))
-        assert ours <= 4 * max(eager, EPS32 * d.grad.abs().max()), (name, float(ours))
+    _no_copy_in_convolutions_and_eager_gradients(prof, net, ref, ref64)
 
 
 def test_a_convolution_input_saved_for_the_backward_is_saved_channels_last():
@@ -436,11 +458,18 @@ def test_a_convolution_backward_of_a_channels_last_input_takes_its_gradient_so(o
     for a, b in zip(run_graph(h, xs), run_graph(g, xs)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     # an NCHW input: torch runs NCHW, and an input gradient the caller sees keeps its own
-    # (nor a 1x1 one torch runs through its own loops: one thread, a batch under 16)
     for other in (_conv_backward_graph(strides=None),
-                  _conv_backward_graph(grad_input_out=True),
-                  _conv_backward_graph(kernel=1)):
+                  _conv_backward_graph(grad_input_out=True)):
         assert channels_last_convs(other, CPU) is other
+
+
+def test_a_1x1_convolution_backward_torch_runs_in_its_own_loops_stays(one_thread,
+                                                                     monkeypatch):
+    """With GEMMs off, a 1x1 backward of a batch under 16 on one thread is left to
+    torch's own loops, channels-last input or not."""
+    monkeypatch.setenv("FUSIONSTITCH_CONV_GEMM", "0")
+    g = _conv_backward_graph(kernel=1)
+    assert channels_last_convs(g, CPU) is g
 
 
 def test_kernels_after_a_channels_last_convolution_read_dense_inputs():
@@ -520,13 +549,105 @@ def test_other_pointwise_convolutions_stay_convolutions(kw):
         and "addmm.default" not in _ops(new)
 
 
-def test_a_pointwise_convolution_saved_for_a_backward_stays_a_convolution():
-    """Its result is a graph output: it keeps the convolution's own channels-last
-    result (no view of a GEMM's made per call)."""
-    g = _conv_graph(x_shape=(2, 4, 5, 3), w_shape=(6, 4, 1, 1), padding=(0, 0),
-                    out_is_conv=True)
-    new = channels_last_convs(g, CPU, free_outputs=frozenset({1}))
-    assert new[new.outputs[1].name].op == "convolution.default"
+def test_a_pointwise_convolution_saved_for_a_backward_is_a_gemm_and_saves_its_rows():
+    """Its result saved for a backward (a free output) is the GEMM's NHWC result viewed
+    NCHW, and its input, saved too, is the NHWC rows the GEMM read (viewed NCHW: the
+    input's producer stores it once); a result the caller sees stays a convolution."""
+    b = GraphBuilder()
+    x, w = b.param((2, 4, 5, 3)), b.param((6, 4, 1, 1))
+    r = b.op("relu.default", x)
+    y = b.op("convolution.default", r, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    g = b.build(b.op("relu.default", y), y, r)
+    new = channels_last_convs(g, CPU, free_outputs=frozenset({1, 2}))
+    assert "convolution.default" not in _ops(new) and "mm.default" in _ops(new)
+    saved_y, saved_r = (new[o.name] for o in new.outputs[1:])
+    assert saved_y.op == "permute.default" and new[saved_y.args[0].name].op == "view.default"
+    assert saved_r.op == "permute.default" and tuple(saved_r.args[1]) == (0, 3, 1, 2)
+    assert new[saved_r.args[0].name].op == "clone.default"      # the GEMM's rows
+    xs = random_inputs(g)
+    for a, c in zip(run_graph(new, xs), run_graph(g, xs)):
+        torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5)
+    seen = channels_last_convs(g, CPU, free_outputs=frozenset({2}))
+    assert seen[seen.outputs[1].name].op == "convolution.default"
+
+
+def _pointwise_backward_graph(mask=(True, True, True), strides=(60, 1, 12, 4), stride=1):
+    """A backward's convolution_backward of a 1x1 convolution with a bias, of a saved
+    input `x` with recorded `strides`, and a gradient our kernels compute."""
+    from fusionstitch.ir.graph import Graph
+    b = GraphBuilder()
+    h = 5 if stride == 1 else 3
+    g0, x, w = b.param((2, 6, h, 3)), b.param((2, 4, 5, 3)), b.param((6, 4, 1, 1))
+    grad = b.op("mul.Scalar", g0, 2.0)
+    cb = b.op("convolution_backward.default", grad, x, w, [6], [stride, 1], [0, 0],
+              [1, 1], False, [0, 0], 1, list(mask))
+    outs = [b.op("relu.default", b.getitem(cb, 0))] if mask[0] else []
+    outs += [b.getitem(cb, k) for k in (1, 2) if mask[k]]
+    g = b.build(*outs)
+    return Graph(tuple(n.replace(kwargs=(("strides", strides),))
+                       if n.name == x.name and strides else n for n in g.nodes),
+                 g.outputs, g.name)
+
+
+@pytest.mark.parametrize("mask", [(True, True, True), (False, True, True),
+                                  (True, True, False), (True, False, False)])
+def test_a_pointwise_convolution_backward_of_saved_rows_is_gemms(one_thread, mask):
+    """The backward of a 1x1 convolution whose input the forward saved as NHWC rows (a
+    channels-last input): GEMMs over the gradient's NHWC copy and the rows (torch's own
+    loops would copy the NCHW gradient to channels-last themselves), each result within
+    the f32 bound of a sum of N*H*W (weight) or O (input) products of torch's."""
+    g = _pointwise_backward_graph(mask)
+    h = channels_last_convs(g, CPU)
+    assert "convolution_backward.default" not in _ops(h)
+    assert _ops(h).count("mm.default") == sum(mask[:2])
+    assert _ops(h).count("clone.default") == 1                  # the gradient's copy
+    for seed in (0, 1):
+        xs = random_inputs(g, seed)
+        xs[1] = xs[1].contiguous(memory_format=torch.channels_last)
+        ref64 = run_graph(g, [t.double() for t in xs])
+        for a, c, d in zip(run_graph(h, xs), run_graph(g, xs), ref64):
+            k = 2 * 5 * 3 if a.dim() != 4 or a.shape[0] != 2 else 6
+            bound = 2 * k * EPS32 / (1 - k * EPS32) * d.abs().max() * 8 + 1e-30
+            assert (a.double() - d).abs().max() <= max(bound, (c.double() - d).abs().max() * 4)
+    # an NCHW input, a strided convolution: torch's backward as before
+    for other in (_pointwise_backward_graph(strides=None),
+                  _pointwise_backward_graph(stride=2, strides=(60, 1, 12, 4))):
+        assert "convolution_backward.default" in _ops(channels_last_convs(other, CPU))
+
+
+def test_a_compiled_inverted_residual_training_step_runs_its_1x1_convolutions_as_gemms(
+        one_thread):
+    """An NCHW inverted residual block (1x1, batch norm, depthwise 3x3, batch norm, 1x1:
+    mobilenet_v2's and mobilevit's) in a training step, batch 4, one thread: its 1x1
+    convolutions are GEMMs forward and backward and the depthwise one runs channels-last
+    (it ran NCHW, 2.5x slower in oneDNN, behind the NCHW statistics of a 1x1 result
+    torch computed in its own loops), no convolution copies an operand inside torch, and
+    the gradients and running statistics are eager's within its own distance from
+    float64."""
+    import copy
+    torch.manual_seed(0)
+    net = _InvertedResidual(torch.nn.functional.silu, bias=True)
+    ref, ref64 = copy.deepcopy(net), copy.deepcopy(net).double()
+    torch._dynamo.reset()
+    comp = torch.compile(net, backend=fusionstitch.backend(target="cpu"))
+    x = torch.randn(4, 8, 10, 10)
+    (comp(x) * x).sum().backward()                          # compile (a step each)
+    (ref(x) * x).sum().backward()
+    (ref64(x.double()) * x.double()).sum().backward()
+    for m in (net, ref, ref64):
+        m.zero_grad()
+    with torch.profiler.profile(record_shapes=True) as prof:
+        (comp(x) * x).sum().backward()
+    (ref(x) * x).sum().backward()
+    (ref64(x.double()) * x.double()).sum().backward()
+    names = [e.name for e in prof.events()]
+    assert "aten::_slow_conv2d_forward" not in names
+    assert "aten::_slow_conv2d_backward" not in names
+    convs = [e for e in prof.events() if e.name == "aten::convolution_backward"]
+    assert len(convs) == 1 and convs[0].input_shapes[2][2:] == [3, 3]
+    _no_copy_in_convolutions_and_eager_gradients(prof, net, ref, ref64)
+    for (name, b), c in zip(net.named_buffers(), ref.buffers()):
+        torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-6, msg=name)
 
 
 @pytest.mark.parametrize("cfg", [((2, 3, 8, 12), (5, 3, 2, 2), True),
