@@ -9,8 +9,11 @@ second a pass over memory whose stores cross the grain of the loop
 channels-last, and its readers read that.
 
 So V's other readers read `permute(copy, NCHW)` instead: the same values, a view of the
-copy (no new kernel: readers read their inputs through strides). The permute and the copy
-move up to right after V (they read nothing else), so that every reader comes after them.
+copy (no new kernel: readers read their inputs through strides), one view per reader,
+made right before it (a planner that puts V, its copy and some readers in one kernel
+keeps the view of a reader outside it out of that kernel, fusion/plan.py detach_views,
+so the kernel stores the copy alone, not the view's NCHW elements beside it). The copy
+moves up to right after V (it reads nothing else), so that every reader comes after it.
 V is then read by its copy alone, and the planner computes it inside the copy's kernel
 without storing it.
 
@@ -49,18 +52,27 @@ def read_channels_last_copies(g: Graph, target=None,
         return g
     taken = set(readers)
     moved = {m.name for p, c in copies.values() for m in (p, c)}
-    view_of: dict[str, Ref] = {}
+    copy_of: dict[str, Node] = {}
     nodes: list[Node] = []
     for n in g.nodes:
         if n.name in moved:
             continue
+        # each reader reads a view of its own, made right before it: a planner that
+        # puts V, its copy and some readers in one kernel keeps the view of a reader
+        # outside it out of the kernel (fusion/plan.py detach_views), so the kernel
+        # stores the copy alone, not the view's NCHW elements beside it
+        view_of: dict[str, Ref] = {}
+        for v in dict.fromkeys(i for i in n.inputs if i in copy_of and i not in view_of):
+            c = copy_of[v]
+            nchw = Node(fresh_name(f"{v}_from_copy", taken), PERMUTE,
+                        (Ref(c.name), TO_NCHW), type=g[v].type)
+            nodes.append(nchw)
+            view_of[v] = Ref(nchw.name)
         nodes.append(_reading(n, view_of))
-        if n.name in copies:        # the copy right after V; the others read its view
+        if n.name in copies:        # the copy right after V; the others read its views
             p, c = copies[n.name]
-            nchw = Node(fresh_name(f"{n.name}_from_copy", taken), PERMUTE,
-                        (Ref(c.name), TO_NCHW), type=n.type)
-            nodes += [p, c, nchw]
-            view_of[n.name] = Ref(nchw.name)
+            nodes += [p, c]
+            copy_of[n.name] = c
     return Graph(tuple(nodes), g.outputs, g.name)
 
 

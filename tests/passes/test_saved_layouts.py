@@ -130,3 +130,35 @@ def test_a_training_step_saves_its_activations_channels_last(one_thread):
         scale = q.grad.abs().max().item()
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5 * scale)
     torch.testing.assert_close(m.bn.running_var, ref.bn.running_var)
+
+
+def _gradient_sum(nchw_reader=False, one_reader=False):
+    """a = y1 + y2 of two NCHW views of NHWC memory (two convolutions' input gradients),
+    read by batch statistics (a sum over N, H, W) and by a product with y1 (or with an
+    NCHW value), or by the product alone (summed over the channels)."""
+    b = GraphBuilder()
+    y1 = b.op("permute.default", b.op("exp.default", b.param((2, 5, 6, 8))), (0, 3, 1, 2))
+    y2 = b.op("permute.default", b.op("neg.default", b.param((2, 5, 6, 8))), (0, 3, 1, 2))
+    a = b.op("add.Tensor", y1, y2)
+    other = b.op("exp.default", b.param((2, 8, 5, 6))) if nchw_reader else y1
+    m = b.op("mul.Tensor", a, other)
+    if one_reader:      # (a sum over the channels: its kernel loops NCHW)
+        return b.build(b.op("sum.dim_IntList", m, [1])), a.name
+    return b.build(b.op("sum.dim_IntList", a, [0, 2, 3]), m), a.name
+
+
+def test_a_value_between_nhwc_kernels_is_stored_nhwc():
+    g, a = _gradient_sum()
+    h = save_channels_last(g, CPU, frozenset())
+    verify(h)
+    [copy] = [n for n in h.nodes if n.op == "clone.default"]
+    assert h[copy.args[0].name].args[0].name == a
+    r = read_channels_last_copies(h, CPU)
+    assert [r[u].op for u in r.users[a]] == ["permute.default"]   # its copy's alone
+    assert_same_results(g, r)
+
+
+@pytest.mark.parametrize("case", ["nchw_reader", "one_reader"])
+def test_a_value_read_across_the_grain_or_fused_is_not_copied(case):
+    g, _ = _gradient_sum(**{case: True})
+    assert save_channels_last(g, CPU, frozenset()) is g
