@@ -33,7 +33,7 @@ from ..ir.graph import Graph
 from ..runtime import counters as _stats
 from ..runtime.program import Program
 from ..targets import device_types, resolve
-from . import devices, dynamic, graph_cache, output_layout, precompile
+from . import devices, dynamic, graph_cache, kept_mutations, output_layout, precompile
 from .decompositions import decompositions, partitioner
 from .fx_to_ir import Unsupported, fx_to_ir, input_specs
 
@@ -173,7 +173,7 @@ class CompiledGraph:
     def __init__(self, gm: torch.fx.GraphModule, options: config.Options, kind: str,
                  sink: list | None = None, execute: bool = True,
                  mutated: list[tuple[int, int]] | None = None,
-                 user_layouts: list | None = None):
+                 user_layouts: list | None = None, kept: list[tuple[int, int]] = ()):
         self.gm = gm
         # explain() plans for the target but runs the plan through torch: it needs the
         # plan and the values, not compiled kernels
@@ -188,8 +188,11 @@ class CompiledGraph:
         if mutated is None:
             from ..runtime.inplace import mutated_input_pairs
             mutated = mutated_input_pairs(kind)
+        # and the mutations AOTAutograd kept in the graph, made outputs of their own
+        # (frontend/kept_mutations.py): (output, placeholder) pairs of the same kind
+        mutated = list(mutated) + list(kept)
         self.mutated = mutated
-        self.free_outputs = saved_outputs(kind, gm)
+        self.free_outputs = saved_outputs(kind, gm) - {i for i, _ in kept}
         # outputs the caller sees, in eager's layout where that is not row-major
         # (frontend/output_layout.py); a backward's gradients keep ours
         self.eager_layouts = _eager_layouts(gm, kind, mutated, self.free_outputs,
@@ -498,10 +501,30 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
             made.append(make(g, kind="inference"))
             return made[-1]
 
-        aot = aot_autograd(fw_compiler=lambda g, _: make(g, kind="forward"),
+        # a training graph keeps the mutations autograd does not see in the graph
+        # (batch norms' running statistics), and they are applied by us, not by
+        # AOTAutograd's epilogue (frontend/kept_mutations.py)
+        keep = kept_mutations.wanted(gm, example_inputs)
+
+        def forward_compiler(g, _):
+            pairs = kept_mutations.strip(g) if keep else []
+            if not pairs:
+                return make(g, kind="forward")
+            return kept_mutations.Applied(make(g, kind="forward", kept=pairs), pairs,
+                                          pairs[0][0], kept_mutations.seen_by_autograd())
+
+        def inference_or_kept(g, _):
+            pairs = kept_mutations.strip(g) if keep else []
+            if not pairs:
+                return inference_compiler(g, _)
+            return kept_mutations.Applied(make(g, kind="inference", kept=pairs), pairs,
+                                          pairs[0][0], kept_mutations.seen_by_autograd())
+
+        aot = aot_autograd(fw_compiler=forward_compiler,
                            bw_compiler=bw_compiler,
-                           inference_compiler=inference_compiler,
+                           inference_compiler=inference_or_kept,
                            decompositions=decompositions(),
+                           keep_inference_input_mutations=keep,
                            **partitioner(_kernel_target(options, gm, example_inputs)))
         compiled = aot(gm, example_inputs)
         # torch's caching precompile, when it is on (frontend/precompile.py)
