@@ -108,14 +108,14 @@ class Applied:
 
     _boxed_call = True
 
-    def __init__(self, inner: Callable, pairs: list[tuple[int, int]], outputs: int,
+    def __init__(self, inner: Callable, pairs: list[tuple[int, int]],
                  seen: frozenset[int] = frozenset()):
         """`seen`: the placeholders among `pairs` whose version AOTAutograd bumps itself
         after the call (a mutation autograd sees, kept in the graph because it ran under
         no_grad: `seen_by_autograd`); each other one is bumped here, once, as eager's
         in-place update would."""
         self.inner = inner
-        self.first = outputs                      # the outputs AOTAutograd expects
+        self.first = pairs[0][0]                  # the outputs AOTAutograd expects
         self.inputs = [j for _, j in pairs]
         self.positions = [i for i, _ in pairs]
         self.bumped = [j not in seen for _, j in pairs]
@@ -134,5 +134,14 @@ class Applied:
         del outs[self.first:]
         return outs
 
-    def __getattr__(self, name: str):             # the CompiledGraph's own attributes
-        return getattr(self.__dict__["inner"], name)
+
+def compiler(keep: bool, kind: str, make: Callable, plain: Callable) -> Callable:
+    """An AOTAutograd compiler callback for graphs of `kind`: a graph with kept mutations
+    (`keep`, `strip`) is made by `make(g, kind=kind, kept=pairs)` and wrapped in
+    `Applied`; any other goes to `plain(g, example_inputs)`."""
+    def compile_graph(g: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        pairs = strip(g) if keep else []
+        if not pairs:
+            return plain(g, example_inputs)
+        return Applied(make(g, kind=kind, kept=pairs), pairs, seen_by_autograd())
+    return compile_graph

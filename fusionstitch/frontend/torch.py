@@ -505,24 +505,11 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
         # (batch norms' running statistics), and they are applied by us, not by
         # AOTAutograd's epilogue (frontend/kept_mutations.py)
         keep = kept_mutations.wanted(gm, example_inputs)
-
-        def forward_compiler(g, _):
-            pairs = kept_mutations.strip(g) if keep else []
-            if not pairs:
-                return make(g, kind="forward")
-            return kept_mutations.Applied(make(g, kind="forward", kept=pairs), pairs,
-                                          pairs[0][0], kept_mutations.seen_by_autograd())
-
-        def inference_or_kept(g, _):
-            pairs = kept_mutations.strip(g) if keep else []
-            if not pairs:
-                return inference_compiler(g, _)
-            return kept_mutations.Applied(make(g, kind="inference", kept=pairs), pairs,
-                                          pairs[0][0], kept_mutations.seen_by_autograd())
-
-        aot = aot_autograd(fw_compiler=forward_compiler,
+        aot = aot_autograd(fw_compiler=kept_mutations.compiler(
+                               keep, "forward", make, lambda g, _: make(g, kind="forward")),
                            bw_compiler=bw_compiler,
-                           inference_compiler=inference_or_kept,
+                           inference_compiler=kept_mutations.compiler(
+                               keep, "inference", make, inference_compiler),
                            decompositions=decompositions(),
                            keep_inference_input_mutations=keep,
                            **partitioner(_kernel_target(options, gm, example_inputs)))

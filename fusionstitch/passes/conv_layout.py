@@ -501,11 +501,18 @@ def _as_gemm(n: Node, types: dict, taken: set) -> list[Node]:
                                (Ref(picked[-1].name) if picked else x, dim, 0,
                                 tx.shape[dim], step), shape))
     source = Ref(picked[-1].name) if picked else x
-    xp = node("in_nhwc", PERMUTE, (source, TO_NHWC), nhwc)
-    # (row-major in torch's semantics too, so that the view of its rows is one)
-    xh = node("in_copy", CLONE, (Ref(xp.name),), nhwc,
-              (("memory_format", torch.contiguous_format),))
+    xp, xh = _nhwc_copy(node, "in", source, nhwc)
     return picked + [xp, xh] + _gemm_of_rows(n, Ref(xh.name), channels, node)
+
+
+def _nhwc_copy(node: Callable, stem: str, x: Ref, nhwc: tuple) -> tuple[Node, Node]:
+    """(permute(x, NHWC), its row-major copy), made by `node` (`_maker`) as
+    `<stem>_nhwc` and `<stem>_copy`: the NHWC rows a GEMM reads (row-major in torch's
+    semantics too, so that the view of its rows is one; the copy fuses into x's
+    producer)."""
+    p = node(f"{stem}_nhwc", PERMUTE, (x, TO_NHWC), nhwc)
+    return p, node(f"{stem}_copy", CLONE, (Ref(p.name),), nhwc,
+                   (("memory_format", torch.contiguous_format),))
 
 
 def _backward_pointwise(n: Node, types: dict, cl: set, seen_items: set) -> bool:
@@ -548,9 +555,7 @@ def _backward_as_gemm(n: Node, types: dict, taken: set, cl: set
     channels = types[x.name].shape[1]
     rows = batch * height * width
     node = _maker(n, taken, types[grad.name].dtype)
-    gp = node("grad_nhwc", PERMUTE, (grad, TO_NHWC), (batch, height, width, out))
-    gc = node("grad_copy", CLONE, (Ref(gp.name),), (batch, height, width, out),
-              (("memory_format", torch.contiguous_format),))
+    gp, gc = _nhwc_copy(node, "grad", grad, (batch, height, width, out))
     g2 = node("grad_rows", VIEW, (Ref(gc.name), (rows, out)), (rows, out))
     made = [gp, gc, g2]
 

@@ -62,7 +62,7 @@ def read_channels_last_copies(g: Graph, target=None,
         # outside it out of the kernel (fusion/plan.py detach_views), so the kernel
         # stores the copy alone, not the view's NCHW elements beside it
         view_of: dict[str, Ref] = {}
-        for v in dict.fromkeys(i for i in n.inputs if i in copy_of and i not in view_of):
+        for v in dict.fromkeys(i for i in n.inputs if i in copy_of):
             c = copy_of[v]
             nchw = Node(fresh_name(f"{v}_from_copy", taken), PERMUTE,
                         (Ref(c.name), TO_NCHW), type=g[v].type)

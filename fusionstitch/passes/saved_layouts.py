@@ -57,7 +57,7 @@ def save_channels_last(g: Graph, target=None, free_outputs: frozenset[int] = fro
     (module docstring); `g` itself where there is none or the target keeps NCHW."""
     if getattr(target, "conv_layout", None) != "channels_last":
         return g
-    g = _copy_between_kernels(g, free_outputs)
+    g = _copy_between_kernels(g)
     if not free_outputs:
         return g
     cl = channels_last_values(g)
@@ -100,7 +100,7 @@ def save_channels_last(g: Graph, target=None, free_outputs: frozenset[int] = fro
 save_channels_last.needs_context = True
 
 
-def _copy_between_kernels(g: Graph, free_outputs: frozenset[int]) -> Graph:
+def _copy_between_kernels(g: Graph) -> Graph:
     """`g` with an NHWC copy after each value that our kernels compute from channels-last
     values and that only kernels looping over NHWC order read (`_nhwc_reader`): a
     gradient summed from two convolutions' input gradients, read by the batch statistics'

@@ -107,7 +107,7 @@ def test_applied_copies_what_was_not_written_in_place_and_bumps_what_was():
     def inner(args):
         args[1].add_(0)                     # (stands for a kernel's in-place store)
         return [args[0] + 1, torch.ones(3), args[1]]
-    run = kept_mutations.Applied(inner, [(1, 0), (2, 1)], 1)
+    run = kept_mutations.Applied(inner, [(1, 0), (2, 1)])
     args = [a, b]
     out = run(args)
     assert len(out) == 1 and torch.equal(a, torch.ones(3))
