@@ -22,7 +22,8 @@ follow from its sizes in that order, so one symbolic program serves every size.
 """
 from __future__ import annotations
 
-from typing import Callable
+import operator
+from typing import Any, Callable
 
 import torch
 
@@ -95,6 +96,45 @@ def _permuted_view(node: torch.fx.Node) -> bool:
             return False
         node = node.args[0]
     return False
+
+
+def library_results(gm: torch.fx.GraphModule, positions, expected: dict,
+                    is_library: Callable[[Any], bool]) -> dict[int, tuple[int, ...]]:
+    """`expected` with a row-major order added for each output of AOTAutograd's graph
+    `gm` at `positions` (those the caller sees) that it does not list, whose traced value
+    is dense and row-major, and that an op torch runs for us computes (`is_library` of
+    its target; through views and tuple elements): torch lays such a result out after
+    its inputs, and our passes may have given those another layout than eager's (a
+    convolution or pooling run channels-last, passes/conv_layout.py, returns a
+    channels-last result where eager's NCHW input gives NCHW). `restride` then copies it
+    only where its strides are not eager's. Our kernels' results are row-major unless
+    spelled otherwise (passes/output_layouts.py), and are not listed: nothing to check."""
+    out = gm.graph.output_node().args[0]
+    nodes = out if isinstance(out, (tuple, list)) else (out,)
+    added = dict(expected)
+    for i in positions:
+        node = nodes[i] if 0 <= i < len(nodes) else None
+        if i in expected or not isinstance(node, torch.fx.Node):
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.layout != torch.strided or val.dim() < 2:
+            continue
+        shape, stride = _hints(val.shape), _hints(val.stride())
+        if shape is None or stride is None or not same_layout(shape, stride, row_major(shape)):
+            continue
+        while node.op == "call_function" and node.args and \
+                isinstance(node.args[0], torch.fx.Node) and \
+                (node.target is operator.getitem or _is_view(node.target)):
+            node = node.args[0]
+        if node.op == "call_function" and is_library(node.target):
+            added[i] = tuple(range(val.dim()))
+    return added
+
+
+def _is_view(target) -> bool:
+    schema = getattr(target, "_schema", None)
+    return schema is not None and any(
+        a.alias_info is not None and not a.alias_info.is_write for a in schema.returns)
 
 
 def placed(user: list, first: int) -> dict[int, tuple[int, ...]]:

@@ -30,6 +30,7 @@ from ..config import graph_cache_enabled
 from ..fusion.lowered import LoweredPlan
 from ..fusion.plan import FusionPlan
 from ..ir.graph import Graph
+from ..ir.ops import lookup, op_name
 from ..runtime import counters as _stats
 from ..runtime.program import Program
 from ..targets import device_types, resolve
@@ -133,8 +134,24 @@ def _eager_layouts(gm: torch.fx.GraphModule, kind: str, mutated: list,
                 # replay is off): a copy of it would make that rebuild read wrong elements
                 user_layouts = [order if _kind(info) == "non_alias" else None
                                 for order, info in zip(user_layouts, meta.output_info)]
-            return output_layout.placed(user_layouts, first)
-    return output_layout.expected_orders(gm, {i for i, _ in mutated} | set(free_outputs))
+            expected = output_layout.placed(user_layouts, first)
+            seen = [first + k for k, info in enumerate(meta.output_info)
+                    if _kind(info) == "non_alias"] if meta is not None else \
+                range(first, first + users)
+            return output_layout.library_results(gm, seen, expected, _runs_in_torch)
+    skip = {i for i, _ in mutated} | set(free_outputs)
+    n = len(gm.graph.output_node().args[0])
+    return output_layout.library_results(gm, [i for i in range(n) if i not in skip],
+                                         output_layout.expected_orders(gm, skip),
+                                         _runs_in_torch)
+
+
+def _runs_in_torch(target) -> bool:
+    """Whether an aten op of AOTAutograd's graph is a library call (or a fallback)."""
+    try:
+        return lookup(op_name(target)).is_library
+    except (AttributeError, KeyError):   # not an OpOverload: a Python function
+        return False
 
 
 def _kind(info) -> str:

@@ -201,3 +201,31 @@ def test_a_permuted_view_of_an_intermediate_has_eagers_row_major_strides():
         assert _layout(got) == _layout(want), (got.stride(), want.stride())
     gm = torch.fx.symbolic_trace(lambda x: (x.t() * 2, x * 2))
     assert output_layout.user_orders(gm) == [None, None]     # no example values: nothing
+
+
+def _pooled_conv(x, w, train: bool):
+    """Batch statistics, a max pooling (run channels-last by passes/conv_layout.py), then a
+    grouped convolution whose result is the graph's output: torch lays it out after its
+    input, channels-last, where eager's NCHW input gives NCHW."""
+    m = x.mean((0, 2, 3), keepdim=True)
+    y = torch.nn.functional.max_pool2d(torch.sigmoid(x - m), 2)
+    return torch.nn.functional.conv2d(y, w, padding=1, groups=4)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_a_library_calls_result_has_eagers_strides_whatever_its_inputs_layout(train):
+    x = torch.randn(1, 4, 12, 12, requires_grad=train)
+    w = torch.randn(8, 1, 3, 3, requires_grad=train)
+    f_c, sink = compiled(lambda a, b: _pooled_conv(a, b, train))
+    with torch.set_grad_enabled(train):
+        got, want = f_c(x, w), _pooled_conv(x, w, train)
+    assert want.is_contiguous()
+    assert got.stride() == want.stride(), (got.stride(), want.stride())
+    torch.testing.assert_close(got, want)
+    # the convolution's output is checked (a row-major order), nothing else
+    assert any(list(g.eager_layouts.values()) == [(0, 1, 2, 3)] for g in sink)
+    if train:
+        gx, gw = torch.autograd.grad(got.sum(), (x, w))
+        ex, ew = torch.autograd.grad(want.sum(), (x, w))
+        torch.testing.assert_close(gx, ex)
+        torch.testing.assert_close(gw, ew)
