@@ -16,7 +16,18 @@ gradient, a floating buffer):
   from it than `slack` times eager's own error. Where eager is within a few roundings of
   exact, any other order of the same sums may be too: the floor is the worst case of a
   pairwise summation of up to 2^16 terms, log2(n) u |f| (Higham, Accuracy and Stability,
-  4.2), with u the unit roundoff of the dtype (2^-24 for IEEE single).
+  4.2), with u the unit roundoff of the dtype (2^-24 for IEEE single). For a gradient
+  the floor is at least that of the step's largest gradient norm, ``16 u max|g|``, and a
+  gradient within `slack` times it of float64 passes the first rule too: a gradient that
+  nearly cancels in exact arithmetic (a convolution's weight before a training batch
+  norm of one channel, a batch norm's scale before another batch norm: invariant to
+  their scale but for the norm's epsilon) is a sum of terms of the step's gradient
+  scale, and float32 sums of them carry that scale's rounding (Higham 4.2: the error of
+  a sum is bounded by its terms' magnitudes, not its result's). tests/fuzz/cnn.py's
+  random networks (2026-12-03): a 1x1 convolution's weight gradient of norm 1.2e-6
+  beside a largest one of 38, 1.2e-6 from float64 in eager's decomposed float32 run,
+  2.6e-6 in Inductor's, 5.9e-6 in ours, where torch's batch-norm kernel, which
+  accumulates in double, is 2.2e-7 away.
 
 Eager may run the same step in more than one way: a convolutional network in NCHW or in
 channels-last memory, where oneDNN sums in other orders (mobilenet_v2's stem batch-norm
@@ -95,11 +106,13 @@ def judge_tensors(items, rtol: float = RTOL, slack: float = SLACK) -> list[str]:
             scale, exact_scale = largest32, largest
         err = min(_diff(cv, e) for e in (ev, *others))
         mine, theirs = _diff(cv, fv), max(_diff(e, fv) for e in (ev, *others))
-        if err > rtol * scale and mine > theirs:
+        # a gradient's rounding noise is of the step's gradient scale, not its own
+        noise = PAIRWISE_LEVELS * unit_roundoff(ev.dtype) * largest if is_grad else 0.0
+        if err > rtol * scale and mine > max(theirs, slack * noise):
             bad.append(f"{what}: {err / max(scale, 1e-30):.2e} from eager "
                        f"(relative, norm-wise; allowed {rtol:.0e})")
         floor = PAIRWISE_LEVELS * unit_roundoff(ev.dtype) * exact_scale
-        if mine > slack * max(theirs, floor):
+        if mine > slack * max(theirs, floor, noise):
             bad.append(f"{what}: {mine:.3e} from float64, eager {theirs:.3e} "
                        f"({mine / max(theirs, 1e-300):.1f}x; allowed {slack:.0f}x)")
     return bad

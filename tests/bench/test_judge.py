@@ -90,3 +90,22 @@ def test_eager_in_its_other_layout_is_a_reference_too():
     # no other value (a model without a twin, or a missing gradient there) changes nothing
     assert judge_tensors([("x", ours, e_lucky, f, False, (None,))]) == \
         judge_tensors([("x", ours, e_lucky, f, False)])
+
+
+def test_a_nearly_cancelling_gradient_is_judged_at_the_steps_gradient_scale():
+    """A gradient of norm 1e-6 beside one of norm 30 (a scale before a batch norm: zero in
+    exact arithmetic but for the norm's epsilon): float32 sums of terms of the step's
+    scale leave it ~1e-6 of rounding, which eager's double-accumulating batch norm does
+    not show (tests/fuzz/cnn.py). Within 3 x 16 u x 30 of float64 it passes; a gradient
+    of the step's scale is held to the usual rules, and an error beyond that floor is
+    caught."""
+    big, small = _exact(64) * 30 / 8, _exact(8) * 1e-6
+    eager_big, eager_small = _rounded(big), (small + 2e-7 * _exact(8) / 3).float()
+    ours_small = (small + 6e-6 * _exact(8) / 3).float()
+    assert judge_tensors([("big", _rounded(big), eager_big, big, True),
+                          ("small", ours_small, eager_small, small, True)]) == []
+    wrong_small = (small + 3e-4 * _exact(8) / 3).float()
+    assert len(judge_tensors([("big", _rounded(big), eager_big, big, True),
+                              ("small", wrong_small, eager_small, small, True)])) == 2
+    # not a gradient: its own scale
+    assert judge_tensors([("small", ours_small, eager_small, small, False)])
