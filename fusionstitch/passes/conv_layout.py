@@ -516,13 +516,16 @@ def _nhwc_copy(node: Callable, stem: str, x: Ref, nhwc: tuple) -> tuple[Node, No
 
 
 def _backward_pointwise(n: Node, types: dict, cl: set, seen_items: set) -> bool:
-    """The backward of an unstrided, unpadded, undilated 1x1 convolution of one group
-    and static sizes whose input torch gets channels-last (`cl`: the forward saved the
-    NHWC rows its GEMM read, `_as_gemm`), whose input gradient the caller does not see."""
+    """The backward of an unpadded, undilated 1x1 convolution of one group and static
+    sizes, whose input gradient the caller does not see: unstrided where torch gets its
+    input channels-last (`cl`: the forward saved the NHWC rows its GEMM read,
+    `_as_gemm`), or strided, of any input (`_backward_as_gemm` copies the pixels the
+    stride picks; torch 2.13's own backward of a strided 1x1 convolution of a
+    channels-last input corrupts the heap for some channel counts, tests/fuzz/cnn.py)."""
     if n.op != CONV_BACKWARD or n.kwargs or len(n.args) != 11 or n.args[7]:
         return False
     grad, x, w = n.args[:3]
-    if not all(isinstance(a, Ref) for a in (grad, x, w)) or x.name not in cl:
+    if not all(isinstance(a, Ref) for a in (grad, x, w)):
         return False
     tg, tx, tw = (types.get(a.name) for a in (grad, x, w))
     if not all(isinstance(t, TensorType) and t.rank == 4 and t.dtype == "f32"
@@ -530,9 +533,13 @@ def _backward_pointwise(n: Node, types: dict, cl: set, seen_items: set) -> bool:
                for t in (tg, tx, tw)):
         return False
     stride, padding, dilation, groups = n.args[4], n.args[5], n.args[6], n.args[9]
-    return tuple(tw.shape[2:]) == (1, 1) and list(stride) == [1, 1] \
+    if len(stride) != 2 or not all(type(s) is int and s >= 1 for s in stride) or \
+            (list(stride) == [1, 1] and x.name not in cl):
+        return False
+    picked = tuple((d - 1) // s + 1 for d, s in zip(tx.shape[2:], stride))
+    return tuple(tw.shape[2:]) == (1, 1) \
         and list(padding) == [0, 0] and list(dilation) == [1, 1] and groups == 1 \
-        and tuple(tg.shape[2:]) == tuple(tx.shape[2:]) and (n.name, 0) not in seen_items
+        and tuple(tg.shape[2:]) == picked and (n.name, 0) not in seen_items
 
 
 def _backward_as_gemm(n: Node, types: dict, taken: set, cl: set
@@ -547,17 +554,36 @@ def _backward_as_gemm(n: Node, types: dict, taken: set, cl: set
         grad_bias   = sum(g, [0])
 
     torch would run it through its im2col loops, which copy an NCHW gradient to the
-    channels-last input's layout (~3 ns an element on one thread). Returns the nodes made
-    at the backward's place and `getitem -> its nodes` for the three results (each named
-    as the getitem it replaces)."""
+    channels-last input's layout (~3 ns an element on one thread). A strided convolution
+    (stride s) reads every s-th pixel: its input's rows are a copy of those pixels, and
+    grad_input is the GEMM's rows at those pixels and zeros elsewhere (two slice_scatters
+    into zeros, NHWC, elementwise in one kernel). Returns the nodes made at the
+    backward's place and `getitem -> its nodes` for the three results (each named as
+    the getitem it replaces)."""
     grad, x, w = n.args[:3]
     batch, out, height, width = types[grad.name].shape
-    channels = types[x.name].shape[1]
+    channels, full_h, full_w = (types[x.name].shape[d] for d in (1, 2, 3))
+    stride = tuple(n.args[4])
     rows = batch * height * width
     node = _maker(n, taken, types[grad.name].dtype)
     gp, gc = _nhwc_copy(node, "grad", grad, (batch, height, width, out))
     g2 = node("grad_rows", VIEW, (Ref(gc.name), (rows, out)), (rows, out))
     made = [gp, gc, g2]
+
+    def scattered(nh: Node) -> list[Node]:
+        """The NHWC rows of the picked pixels `nh` placed at their pixels of the full
+        (N, H, W, C) input, zeros elsewhere."""
+        made, src, shape = [], nh, [batch, height, width, channels]
+        for dim, step, size in ((2, stride[1], full_w), (1, stride[0], full_h)):
+            if step == 1:
+                continue
+            shape[dim] = size
+            base = node(f"grad_input_zeros{dim}", "new_zeros.default",
+                        (Ref(src.name), tuple(shape)), tuple(shape))
+            src = node(f"grad_input_scatter{dim}", "slice_scatter.default",
+                       (Ref(base.name), Ref(src.name), dim, 0, size, step), tuple(shape))
+            made += [base, src]
+        return made
 
     def results(item: Node) -> list[Node]:
         k = item.args[1]
@@ -567,17 +593,34 @@ def _backward_as_gemm(n: Node, types: dict, taken: set, cl: set
                       (rows, channels))
             nh = node("grad_input_nhwc", VIEW, (Ref(mm.name), (batch, height, width, channels)),
                       (batch, height, width, channels))
+            placed = scattered(nh)
             cl.add(item.name)
-            return [w2, mm, nh, Node(item.name, PERMUTE, (Ref(nh.name), TO_NCHW),
-                                     type=item.type)]
+            return [w2, mm, nh] + placed + [
+                Node(item.name, PERMUTE, (Ref((placed or [nh])[-1].name), TO_NCHW),
+                     type=item.type)]
         if k == 1:
-            xp = node("input_nhwc", PERMUTE, (x, TO_NHWC), (batch, height, width, channels))
+            if stride == (1, 1):   # the saved rows, NHWC (`_saved_rows`): a view
+                xp = node("input_nhwc", PERMUTE, (x, TO_NHWC),
+                          (batch, height, width, channels))
+                lead = [xp]
+            else:                  # the pixels the stride picks, copied NHWC
+                shape, source, lead = [batch, channels, full_h, full_w], x, []
+                for dim, step in ((2, stride[0]), (3, stride[1])):
+                    if step != 1:
+                        shape[dim] = (shape[dim] - 1) // step + 1
+                        lead.append(node(f"input_stride{dim}", "slice.Tensor",
+                                         (source, dim, 0, types[x.name].shape[dim], step),
+                                         tuple(shape)))
+                        source = Ref(lead[-1].name)
+                lead += _nhwc_copy(node, "input", source, (batch, height, width, channels))
+                xp = lead[-1]
             x2 = node("input_rows", VIEW, (Ref(xp.name), (rows, channels)), (rows, channels))
             gt = node("grad_rows_t", PERMUTE, (Ref(g2.name), (1, 0)), (out, rows))
             mm = node("grad_weight_gemm", "mm.default", (Ref(gt.name), Ref(x2.name)),
                       (out, channels))
-            return [xp, x2, gt, mm, Node(item.name, VIEW, (Ref(mm.name), (out, channels, 1, 1)),
-                                         type=item.type)]
+            return lead + [x2, gt, mm, Node(item.name, VIEW,
+                                            (Ref(mm.name), (out, channels, 1, 1)),
+                                            type=item.type)]
         return [Node(item.name, "sum.dim_IntList", (Ref(g2.name), (0,)), type=item.type)]
     return made, results
 

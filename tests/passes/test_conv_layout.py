@@ -602,17 +602,47 @@ def test_a_pointwise_convolution_backward_of_saved_rows_is_gemms(one_thread, mas
     assert _ops(h).count("mm.default") == sum(mask[:2])
     assert _ops(h).count("clone.default") == 1                  # the gradient's copy
     for seed in (0, 1):
-        xs = random_inputs(g, seed)
+        _within_sum_bound(h, g, seed, True, rows=2 * 5 * 3)
+    # an NCHW input of an unstrided convolution: torch's backward as before
+    other = _pointwise_backward_graph(strides=None)
+    assert "convolution_backward.default" in _ops(channels_last_convs(other, CPU))
+
+
+@pytest.mark.parametrize("mask", [(True, True, True), (False, True, True), (True, False, False)])
+@pytest.mark.parametrize("strides", [(60, 1, 12, 4), None])
+def test_a_strided_pointwise_convolution_backward_is_gemms_of_the_picked_pixels(
+        one_thread, mask, strides):
+    """The backward of a 1x1 convolution of stride 2 (a ResNet's downsampling shortcut),
+    of a channels-last or NCHW input: grad_weight the GEMM of the gradient's rows by a
+    copy of the pixels the stride picks, grad_input the GEMM's rows placed at those
+    pixels and zeros elsewhere (slice_scatter): no torch convolution backward (torch
+    2.13's corrupts the heap for a channels-last input of 8 channels, tests/fuzz/cnn.py);
+    each result within the f32 bound of torch's, zeros exactly where no pixel was read."""
+    g = _pointwise_backward_graph(mask, strides=strides, stride=2)
+    h = channels_last_convs(g, CPU)
+    assert "convolution_backward.default" not in _ops(h)
+    assert _ops(h).count("mm.default") == sum(mask[:2])
+    assert _ops(h).count("slice_scatter.default") == (1 if mask[0] else 0)
+    for seed in (0, 1):
+        ours = _within_sum_bound(h, g, seed, strides is not None, rows=2 * 3 * 3)
+        if mask[0]:   # relu(grad_input): rows 1 and 3 of H read no pixel
+            assert ours[0][:, :, 1::2].abs().max() == 0
+
+
+def _within_sum_bound(h, g, seed: int, channels_last: bool, rows: int) -> list:
+    """`h`'s results (returned) on `_pointwise_backward_graph` `g`'s random inputs are
+    within the f32 bound of a sum of `rows` (weight, bias) or O (input) products of the
+    float64 results, or 4x torch's own distance from them."""
+    xs = random_inputs(g, seed)
+    if channels_last:
         xs[1] = xs[1].contiguous(memory_format=torch.channels_last)
-        ref64 = run_graph(g, [t.double() for t in xs])
-        for a, c, d in zip(run_graph(h, xs), run_graph(g, xs), ref64):
-            k = 2 * 5 * 3 if a.dim() != 4 or a.shape[0] != 2 else 6
-            bound = 2 * k * EPS32 / (1 - k * EPS32) * d.abs().max() * 8 + 1e-30
-            assert (a.double() - d).abs().max() <= max(bound, (c.double() - d).abs().max() * 4)
-    # an NCHW input, a strided convolution: torch's backward as before
-    for other in (_pointwise_backward_graph(strides=None),
-                  _pointwise_backward_graph(stride=2, strides=(60, 1, 12, 4))):
-        assert "convolution_backward.default" in _ops(channels_last_convs(other, CPU))
+    ref64 = run_graph(g, [t.double() for t in xs])
+    ours = run_graph(h, xs)
+    for a, c, d in zip(ours, run_graph(g, xs), ref64):
+        k = rows if a.dim() != 4 or a.shape[0] != 2 else 6
+        bound = 2 * k * EPS32 / (1 - k * EPS32) * d.abs().max() * 8 + 1e-30
+        assert (a.double() - d).abs().max() <= max(bound, (c.double() - d).abs().max() * 4)
+    return ours
 
 
 def test_a_compiled_inverted_residual_training_step_runs_its_1x1_convolutions_as_gemms(
@@ -757,3 +787,40 @@ def test_compiled_pooling_networks_equal_torch():
         c = torch.compile(f, backend=fusionstitch.backend(target="cpu"))
         with torch.no_grad():
             torch.testing.assert_close(c(x), f(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_compiled_channels_last_downsampling_shortcut_runs_no_torch_1x1_backward(
+        one_thread):
+    """A ResNet downsampling block made channels-last (3x3, batch norm, relu, then the
+    1x1 convolution of stride 2, 8 -> 16 channels, whose backward torch 2.13 runs with a
+    heap corruption for a channels-last input, tests/fuzz/cnn.py) in two training steps:
+    the 1x1 backward is GEMMs (the one torch convolution backward left is the 3x3's),
+    and the gradients and running statistics are eager's (eager NCHW, which torch runs
+    safely) within its own distance from float64."""
+    import copy
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1, bias=False),
+                              torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                              torch.nn.Conv2d(8, 16, 1, stride=2))
+    ref, ref64 = copy.deepcopy(net), copy.deepcopy(net).double()
+    net = net.to(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    comp = torch.compile(net, backend=fusionstitch.backend(target="cpu"))
+    x = torch.randn(3, 8, 12, 12)
+    xc = x.contiguous(memory_format=torch.channels_last)
+    (comp(xc) * 2).sum().backward()                        # compile (a step each)
+    (ref(x) * 2).sum().backward()
+    (ref64(x.double()) * 2).sum().backward()
+    for m in (net, ref, ref64):
+        m.zero_grad()
+    with torch.profiler.profile(record_shapes=True) as prof:
+        (comp(xc) * 2).sum().backward()
+    (ref(x) * 2).sum().backward()
+    (ref64(x.double()) * 2).sum().backward()
+    convs = [e for e in prof.events() if e.name == "aten::convolution_backward"]
+    assert len(convs) == 1 and convs[0].input_shapes[2][2:] == [3, 3]
+    for (name, p), q, d in zip(net.named_parameters(), ref.parameters(), ref64.parameters()):
+        ours, eager = ((g.grad.double() - d.grad).abs().max() for g in (p, q))
+        assert ours <= 4 * max(eager, EPS32 * d.grad.abs().max()), (name, float(ours))
+    for (name, b), c in zip(net.named_buffers(), ref.buffers()):
+        torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-6, msg=name)
