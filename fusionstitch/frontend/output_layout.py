@@ -37,6 +37,13 @@ def expected_orders(gm: torch.fx.GraphModule, skip: set[int] | frozenset[int]
             if order is not None and i not in skip}
 
 
+def output_nodes(gm: torch.fx.GraphModule) -> tuple:
+    """The values `gm` returns, one per output position (a graph made by hand, make_fx,
+    may return one node rather than a tuple)."""
+    out = gm.graph.output_node().args[0]
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
 def user_orders(gm: torch.fx.GraphModule) -> list[tuple[int, ...] | None]:
     """Per output of `gm`: the order of its dims in memory where its traced value is
     dense and not row-major (or is a view through a permutation: `_permuted_view`), else
@@ -44,8 +51,7 @@ def user_orders(gm: torch.fx.GraphModule) -> list[tuple[int, ...] | None]:
     ops on fake tensors, whose strides are eager's) this is the caller's view; of
     AOTAutograd's (`val`), decompositions may have changed a layout (`xlogy` of a
     transposed and a row-major tensor: eager follows the first, its decomposition not)."""
-    out = gm.graph.output_node().args[0]
-    nodes = out if isinstance(out, (tuple, list)) else (out,)
+    nodes = output_nodes(gm)
     found: list[tuple[int, ...] | None] = []
     for node in nodes:
         found.append(None)
@@ -109,8 +115,7 @@ def library_results(gm: torch.fx.GraphModule, positions, expected: dict,
     channels-last result where eager's NCHW input gives NCHW). `restride` then copies it
     only where its strides are not eager's. Our kernels' results are row-major unless
     spelled otherwise (passes/output_layouts.py), and are not listed: nothing to check."""
-    out = gm.graph.output_node().args[0]
-    nodes = out if isinstance(out, (tuple, list)) else (out,)
+    nodes = output_nodes(gm)
     added = dict(expected)
     for i in positions:
         node = nodes[i] if 0 <= i < len(nodes) else None

@@ -492,17 +492,24 @@ def _as_gemm(n: Node, types: dict, taken: set) -> list[Node]:
     _, _, height, width = n.type.shape
     nhwc = (batch, height, width, channels)
     node = _maker(n, taken)
-    picked = []     # a stride picks every s-th pixel: slices, read by the copy below
-    shape = list(tx.shape)
-    for dim, step in ((2, stride[0]), (3, stride[1])):
-        if step != 1:
-            shape[dim] = (tx.shape[dim] - 1) // step + 1
-            picked.append(node(f"in_stride{dim}", "slice.Tensor",
-                               (Ref(picked[-1].name) if picked else x, dim, 0,
-                                tx.shape[dim], step), shape))
+    picked = _picked_pixels(node, "in", x, tuple(tx.shape), stride)
     source = Ref(picked[-1].name) if picked else x
     xp, xh = _nhwc_copy(node, "in", source, nhwc)
     return picked + [xp, xh] + _gemm_of_rows(n, Ref(xh.name), channels, node)
+
+
+def _picked_pixels(node: Callable, stem: str, x: Ref, shape: tuple, stride) -> list[Node]:
+    """The pixels of NCHW `x` (of `shape`) a stride picks, every s-th one: a slice per
+    strided dim (`<stem>_stride2`, `<stem>_stride3`), the last one the picked values
+    (none where the stride is 1), read by the NHWC copy after them."""
+    picked, shape = [], list(shape)
+    for dim, step in ((2, stride[0]), (3, stride[1])):
+        if step != 1:
+            full, shape[dim] = shape[dim], (shape[dim] - 1) // step + 1
+            picked.append(node(f"{stem}_stride{dim}", "slice.Tensor",
+                               (Ref(picked[-1].name) if picked else x, dim, 0, full, step),
+                               tuple(shape)))
+    return picked
 
 
 def _nhwc_copy(node: Callable, stem: str, x: Ref, nhwc: tuple) -> tuple[Node, Node]:
@@ -604,15 +611,9 @@ def _backward_as_gemm(n: Node, types: dict, taken: set, cl: set
                           (batch, height, width, channels))
                 lead = [xp]
             else:                  # the pixels the stride picks, copied NHWC
-                shape, source, lead = [batch, channels, full_h, full_w], x, []
-                for dim, step in ((2, stride[0]), (3, stride[1])):
-                    if step != 1:
-                        shape[dim] = (shape[dim] - 1) // step + 1
-                        lead.append(node(f"input_stride{dim}", "slice.Tensor",
-                                         (source, dim, 0, types[x.name].shape[dim], step),
-                                         tuple(shape)))
-                        source = Ref(lead[-1].name)
-                lead += _nhwc_copy(node, "input", source, (batch, height, width, channels))
+                lead = _picked_pixels(node, "input", x, tuple(types[x.name].shape), stride)
+                lead += _nhwc_copy(node, "input", Ref(lead[-1].name),
+                                   (batch, height, width, channels))
                 xp = lead[-1]
             x2 = node("input_rows", VIEW, (Ref(xp.name), (rows, channels)), (rows, channels))
             gt = node("grad_rows_t", PERMUTE, (Ref(g2.name), (1, 0)), (out, rows))
