@@ -34,7 +34,8 @@ from ..ir.ops import lookup, op_name
 from ..runtime import counters as _stats
 from ..runtime.program import Program
 from ..targets import device_types, resolve
-from . import devices, dynamic, graph_cache, kept_mutations, output_layout, precompile
+from . import (devices, dynamic, graph_cache, kept_mutations, lean_training, output_layout,
+               precompile)
 from .decompositions import decompositions, partitioner
 from .fx_to_ir import Unsupported, fx_to_ir, input_specs
 
@@ -522,15 +523,31 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
         # (batch norms' running statistics), and they are applied by us, not by
         # AOTAutograd's epilogue (frontend/kept_mutations.py)
         keep = kept_mutations.wanted(gm, example_inputs)
-        aot = aot_autograd(fw_compiler=kept_mutations.compiler(
-                               keep, "forward", make, lambda g, _: make(g, kind="forward")),
+        fw_compiler = kept_mutations.compiler(
+            keep, "forward", make, lambda g, _: make(g, kind="forward"))
+        # a training graph of the plain case runs without AOTAutograd's runtime wrappers
+        # (frontend/lean_training.py): its compilers record what the runner needs
+        capture = _lean_training_capture(gm, example_inputs) if _execute else None
+        if capture is not None:
+            fw_compiler = capture.forward_compiler(fw_compiler)
+            bw_compiler = capture.backward_compiler(bw_compiler)
+        aot = aot_autograd(fw_compiler=fw_compiler,
                            bw_compiler=bw_compiler,
                            inference_compiler=kept_mutations.compiler(
                                keep, "inference", make, inference_compiler),
                            decompositions=decompositions(),
                            keep_inference_input_mutations=keep,
                            **partitioner(_kernel_target(options, gm, example_inputs)))
-        compiled = aot(gm, example_inputs)
+        if capture is None:
+            compiled = aot(gm, example_inputs)
+        else:
+            with lean_training.eager_backward():
+                compiled = aot(gm, example_inputs)
+            lean_training.undonate(capture)
+            lean_step = lean_training.runner(capture, example_inputs)
+            if lean_step is not None:
+                precompile.record(gm, cache_key, options, len(example_inputs))
+                return lean_step
         # torch's caching precompile, when it is on (frontend/precompile.py)
         precompile.record(gm, cache_key, options, len(example_inputs))
         if made and cache_key is not None:
@@ -550,6 +567,22 @@ def backend(strategy: str = "stitch", target: str = "auto", cuda_graphs: bool = 
     compile_graph = no_dynamo(fusionstitch_backend, "fusionstitch compiles a graph")
     compile_graph.options = base  # type: ignore[attr-defined]
     return compile_graph
+
+
+def _lean_training_capture(gm: torch.fx.GraphModule, example_inputs: list):
+    """A lean_training.Capture for a graph AOTAutograd may compile for training in the
+    plain case, or None (AOTAutograd's runtime; why, at DEBUG)."""
+    if not lean_training.enabled() or not torch.is_grad_enabled() or not any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
+        return None
+    try:
+        why = lean_training.why_not_inputs(gm, example_inputs)
+    except Exception as e:   # never fail the compile for the runner's sake
+        why = f"{type(e).__name__}: {e}"
+    if why is not None:
+        log.debug("lean training runtime: not used: %s", why)
+        return None
+    return lean_training.Capture()
 
 
 def _why_not_lean(gm: torch.fx.GraphModule, example_inputs: list) -> str | None:

@@ -57,11 +57,15 @@ def watch():
         seen.graphs = counters["stats"]["unique_graphs"] - graphs
 
 
-def counting_aot_backend(counts: dict):
+def counting_aot_backend(counts: dict, eager_backward: bool = False):
     """AOTAutograd running the graphs as they are (aot_eager), counting the forward,
-    backward and inference graphs it compiles in `counts`: the graphs a backend gets."""
+    backward and inference graphs it compiles in `counts`: the graphs a backend gets.
+    `eager_backward`: each backward compiled with its forward (as our lean training
+    runtime has AOTAutograd do, frontend/lean_training.py), not at its first call."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
+
+    from fusionstitch.frontend import lean_training
 
     def compiler(kind):
         def compile_graph(gm, _):
@@ -69,8 +73,20 @@ def counting_aot_backend(counts: dict):
             return make_boxed_func(gm.forward)
         return compile_graph
 
-    return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                        inference_compiler=compiler("inference"))
+    def backend(gm, example_inputs):
+        capture = lean_training.Capture()
+        aot = aot_autograd(fw_compiler=capture.forward_compiler(compiler("forward")),
+                           bw_compiler=compiler("backward"),
+                           inference_compiler=compiler("inference"))
+        if not eager_backward:
+            return aot(gm, example_inputs)
+        with lean_training.eager_backward():
+            compiled = aot(gm, example_inputs)
+        # no donated buffers, as with our backend (aot_eager uses none either): an eagerly
+        # compiled backward keeps the check that a create_graph backward would fail
+        lean_training.undonate(capture)
+        return compiled
+    return backend
 
 
 def reset() -> None:

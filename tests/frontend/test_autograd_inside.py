@@ -19,6 +19,7 @@ import torch
 import torch.utils.checkpoint as checkpoint
 
 import fusionstitch
+from fusionstitch.frontend import lean_training
 import known_fallbacks
 from dynamo_frames import counting_aot_backend, reset, watch
 
@@ -135,7 +136,8 @@ def _reference(fn, args) -> tuple[int, dict]:
     reset()
     counts: dict = {}
     with watch() as seen:
-        _run(fn, args, counting_aot_backend(counts))
+        # our training graphs' backwards are compiled with their forwards
+        _run(fn, args, counting_aot_backend(counts, eager_backward=lean_training.enabled()))
     return seen.graphs, counts
 
 

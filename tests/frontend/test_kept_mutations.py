@@ -39,10 +39,16 @@ def test_training_steps_update_running_statistics_as_eager(keep, monkeypatch):
             (o * o.sin()).sum().backward()
         for (name, b), c in zip(net.named_buffers(), ref.buffers()):
             torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-6, msg=name)
+        # no further from float64 than 4x eager's error, or than 16 u of the step's
+        # largest gradient (bench/judge.py's floor): the second convolution's bias before
+        # a training batch norm has a gradient of zero in exact arithmetic, and what is
+        # left of it is rounding of sums of terms of the step's gradient scale (eager's
+        # error on it: 4.8e-6 on an AVX2 machine, smaller with AVX-512's oneDNN sums)
+        largest = max(d.grad.abs().max() for d in ref64.parameters())
+        floor = 16 * torch.finfo(torch.float32).eps / 2 * largest
         for (name, p), q, d in zip(net.named_parameters(), ref.parameters(),
                                    ref64.parameters()):
             ours, eager = ((g.grad.double() - d.grad).abs().max() for g in (p, q))
-            floor = torch.finfo(torch.float32).eps * d.grad.abs().max()
             assert ours <= 4 * max(eager, floor), (step, name, float(ours), float(eager))
         if step and keep == "1":
             assert _epilogue_calls(prof) == 0           # no copy back by AOTAutograd

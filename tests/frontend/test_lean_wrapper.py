@@ -15,8 +15,8 @@ from fusionstitch.frontend import graph_cache
 from fusionstitch.runtime.cache import clear_memory_caches
 
 
-@pytest.fixture(autouse=True)
-def fresh(tmp_path, monkeypatch):
+def fresh_caches(tmp_path, monkeypatch):
+    """The body of a fixture (a generator): empty caches, strict mode, no Dynamo state."""
     monkeypatch.setenv("FUSIONSTITCH_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("FUSIONSTITCH_STRICT", "1")
     monkeypatch.delenv("FUSIONSTITCH_GRAPH_CACHE", raising=False)
@@ -26,6 +26,11 @@ def fresh(tmp_path, monkeypatch):
     yield
     torch._dynamo.reset()
     clear_memory_caches()
+
+
+@pytest.fixture(autouse=True)
+def fresh(tmp_path, monkeypatch):
+    yield from fresh_caches(tmp_path, monkeypatch)
 
 
 def spied(fn):
@@ -114,7 +119,9 @@ def test_an_output_that_requires_grad_keeps_aot_autograds_wrapper():
     assert out.requires_grad and out.grad_fn is not None
     out.backward()
     torch.testing.assert_close(w.grad, torch.full((32,), 2.0))
-    assert returned and not any(hasattr(fn, "compiled_graph") for fn in returned)
+    # not the inference wrapper (the lean training runtime may serve it: a training graph)
+    assert returned and not any(hasattr(fn, "compiled_graph") and
+                                not hasattr(fn, "lean_training") for fn in returned)
 
 
 def test_a_mutated_input_that_is_no_leaf_keeps_aot_autograds_wrapper():
