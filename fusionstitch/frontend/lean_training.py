@@ -31,8 +31,8 @@ differs, as AOTAutograd's tangent coercion) and runs our backward graph. The pla
 * no autocast, no saved-tensor hooks AOTAutograd inlines, no compiled autograd at
   compile time (each changes what AOTAutograd's runtime does).
 
-What AOTAutograd's runtime also does, `Lean` does: an input that requires grad but gets
-no gradient is detached before the call (so that autograd does not walk its history:
+What AOTAutograd's runtime also does, `Lean` does: a non-leaf input that requires grad
+but gets no gradient is detached before the call (so that autograd does not walk its history:
 AOTAutograd's "inputs to detach"); the forward runs with grad mode on even inside an
 `enable_grad` nested in `no_grad`; a backward under `create_graph=True` returns
 gradients whose own backward raises (AOTAutograd's "double backward" error); a backward
@@ -166,7 +166,7 @@ class Layout(NamedTuple):
     non_differentiable: tuple         # user outputs that do not require grad
     differentiable: tuple             # user outputs whose gradients the backward reads
     tangents: tuple                   # (shape, stride) the backward expects of each
-    detach: tuple                     # inputs that require grad but get no gradient
+    detach: tuple                     # non-leaves that require grad, get no gradient
     bump: tuple                       # inputs whose kept mutation AOTAutograd bumps
     deterministic: bool | None        # deterministic algorithms at compile time
     unsafe_views: tuple               # user outputs AOTAutograd returns as _unsafe_view
@@ -229,8 +229,10 @@ def layout(capture: Capture, example_inputs: list) -> Layout:
     results = bw.graph.output_node().args[0]
     if not isinstance(results, (tuple, list)) or len(results) != n_in:
         raise NotLean("the backward does not return one gradient per input")
-    detach = tuple(i for i, (r, t) in enumerate(zip(results, example_inputs))
-                   if r is None and t.requires_grad)
+    # AOTAutograd's rule: a non-leaf that requires grad but gets no gradient (a leaf stays
+    # attached: its output then requires grad as in eager, its gradient left to autograd)
+    detach = tuple(i for i, (r, info) in enumerate(zip(results, meta.input_info))
+                   if r is None and info.requires_grad and not info.is_leaf)
     bump = tuple(sorted(seen))
     deterministic = getattr(meta, "deterministic", None)
     return Layout(n_in, n_out, tuple(i for i, o in enumerate(outs) if not o.requires_grad),

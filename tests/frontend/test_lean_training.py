@@ -148,6 +148,21 @@ def test_an_input_without_gradient_is_not_walked_back():
     assert torch.allclose(x.grad, y.detach())
 
 
+def test_a_leaf_without_gradient_stays_attached():
+    # found by the OpInfo sweep (linalg.vector_norm, ord=0): the backward returns no
+    # gradient for x, a leaf; detached, the output would not require grad (eager's has a
+    # grad_fn) and autograd.grad(out, x) would refuse (AOTAutograd detaches only
+    # non-leaves)
+    (x,) = leaves((5,))
+    f = lambda x: torch.linalg.vector_norm(x, ord=0)   # noqa: E731
+    fn, returned = spied(f)
+    out, want = fn(x), f(x)
+    assert lean_used(returned)
+    assert out.requires_grad and out.grad_fn is not None and want.grad_fn is not None
+    assert torch.autograd.grad(out, [x], allow_unused=True) == \
+        torch.autograd.grad(want, [x], allow_unused=True) == (None,)
+
+
 def test_batch_norm_running_statistics_and_gradients():
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4),
