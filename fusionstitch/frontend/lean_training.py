@@ -161,7 +161,6 @@ def why_not_inputs(gm: torch.fx.GraphModule, example_inputs: list) -> str | None
 
 class Layout(NamedTuple):
     """What `Lean` needs of one training graph (`layout`)."""
-    num_inputs: int
     num_outputs: int                  # user outputs; the forward's others are saved
     non_differentiable: tuple         # user outputs that do not require grad
     differentiable: tuple             # user outputs whose gradients the backward reads
@@ -235,7 +234,7 @@ def layout(capture: Capture, example_inputs: list) -> Layout:
                    if r is None and info.requires_grad and not info.is_leaf)
     bump = tuple(sorted(seen))
     deterministic = getattr(meta, "deterministic", None)
-    return Layout(n_in, n_out, tuple(i for i, o in enumerate(outs) if not o.requires_grad),
+    return Layout(n_out, tuple(i for i, o in enumerate(outs) if not o.requires_grad),
                   differentiable, tuple(tangents), detach, bump, deterministic,
                   tuple(i for i, o in enumerate(outs)
                         if o.output_type == OutputType.unsafe_view_alias))
