@@ -43,8 +43,10 @@ def is_scatter_kernel(graph, node) -> bool:
     """Whether op `node` lowers to a scatter kernel of its own (`lower_scatter`)."""
     if node.op in SCATTER_KERNEL_OPS:
         return True
+    if node.op not in _OVERWRITES:     # (before the import: planners ask per node)
+        return False
     from ..ir.ops import one_write_scatter
-    return node.op in _OVERWRITES and not one_write_scatter(graph, node)
+    return not one_write_scatter(graph, node)
 
 
 def lower_scatter(graph, name: str, kernel_name: str) -> Kernel:

@@ -40,15 +40,35 @@ def _contracted_is_dag(g: nx.DiGraph, group: set[str]) -> bool:
     return nx.is_directed_acyclic_graph(h)
 
 
+@pytest.mark.parametrize("bitsets", [False, True], ids=["search", "bitsets"])
 @FAST
-@given(st.data())
-def test_creates_cycle_matches_contraction(data):
+@given(data=st.data())
+def test_creates_cycle_matches_contraction(bitsets, data):
     graph = data.draw(dags())
     names = [n.name for n in graph.nodes]
     g, reach = _nx(graph), Reachability(graph)
+    if bitsets:   # the wide-window path (ancestor bitsets), forced on every query
+        reach.WIDE_WINDOW = -1
     for _ in range(5):
         group = data.draw(st.sets(st.sampled_from(names), max_size=len(names)))
         assert reach.creates_cycle(group) == (not _contracted_is_dag(g, group)), sorted(group)
+
+
+def test_wide_groups_agree_with_the_search():
+    """Groups spanning most of a 4,001-node ladder: bitsets and the windowed search agree."""
+    graph = _ladder(2_000)
+    bits, search = Reachability(graph), Reachability(graph)
+    search.MAX_BITSET_NODES = 0
+    rng = random.Random(1)
+    queries = [["a0", "b1999"], ["a0", "a1", "b0", "b1999"], ["b0", "a1999"], ["a5", "b1999"]]
+    for _ in range(200):
+        i, j = rng.randrange(0, 100), rng.randrange(1_900, 2_000)
+        queries.append([f"{rng.choice('ab')}{i}", f"{rng.choice('ab')}{j}"]
+                       + [f"{rng.choice('ab')}{rng.randrange(i, j)}" for _ in range(3)])
+    answers = [bits.creates_cycle(q) for q in queries]
+    assert bits._ancestors is not None and search._ancestors is None
+    assert answers == [search.creates_cycle(q) for q in queries]
+    assert answers[:4] == [True, True, False, True] and not all(answers)
 
 
 @FAST
