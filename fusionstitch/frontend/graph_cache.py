@@ -151,14 +151,26 @@ def why_not(gm: torch.fx.GraphModule, example_inputs: list, lean: bool = False) 
                     isinstance(val, torch.Tensor) and val.layout == torch.strided and
                     not _static(val)):
                 return f"input {n.name} is symbolic"
-    storages = set()
+    return why_not_plain_inputs(example_inputs, parameters=lean)
+
+
+def why_not_plain_inputs(example_inputs: list, parameters: bool = False) -> str | None:
+    """Why these are not plain inputs (None: they are): strided torch.Tensors (and, with
+    `parameters`, Parameters) of static sizes, no two of which share storage; that is,
+    none aliases another as AOTAutograd sees it (the same storage object), nor overlaps
+    another's memory (the same non-empty data pointer)."""
+    objects, pointers = set(), set()
     for i, t in enumerate(example_inputs):
-        plain = type(t) is torch.Tensor or (lean and type(t) is torch.nn.Parameter)
+        plain = type(t) is torch.Tensor or (parameters and type(t) is torch.nn.Parameter)
         if not plain or t.layout != torch.strided or not _static(t):
             return f"input {i} is a {type(t).__name__}, not a tensor of static sizes"
-        storages.add(t.untyped_storage().data_ptr())
-    if len(storages) < len(example_inputs):
-        return "two inputs share storage"
+        storage = t.untyped_storage()
+        pointer = (storage.data_ptr(), str(t.device)) if storage.nbytes() else None
+        if storage._cdata in objects or pointer in pointers:
+            return "two inputs share storage"
+        objects.add(storage._cdata)
+        if pointer is not None:
+            pointers.add(pointer)
     return None
 
 

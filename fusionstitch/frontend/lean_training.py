@@ -57,6 +57,7 @@ import torch.fx
 from torch.autograd.graph import increment_version
 
 from ..config import env_flag_default
+from . import graph_cache
 
 log = logging.getLogger("fusionstitch.frontend")
 
@@ -134,17 +135,9 @@ def why_not_inputs(gm: torch.fx.GraphModule, example_inputs: list) -> str | None
         return "boxed inputs (GmWrapper)"
     if any(True for _ in gm.parameters()) or any(True for _ in gm.buffers()):
         return "the graph module holds parameters or buffers"
-    storages = set()
-    for t in example_inputs:
-        if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided:
-            return f"an input of type {type(t).__name__}"
-        if any(type(d) is not int for d in (*t.shape, *t.stride(), t.storage_offset())):
-            return "an input of symbolic size"
-        key = (t.untyped_storage().data_ptr(), t.device) if t.untyped_storage().nbytes() \
-            else id(t)
-        if key in storages:
-            return "two inputs share storage"
-        storages.add(key)
+    why = graph_cache.why_not_plain_inputs(example_inputs, parameters=True)
+    if why is not None:
+        return why
     if torch._C._is_any_autocast_enabled():
         return "autocast is on"
     if getattr(torch._dynamo.compiled_autograd, "in_compiled_autograd_region", False) or \

@@ -207,6 +207,22 @@ def test_the_key(fresh_cache):
     assert graph_cache.key(gm, [ex[0], ex[0][0]], stitch_cpu) is None   # one storage
 
 
+def test_plain_inputs_share_no_storage_even_when_empty():
+    """The check the cache key and the lean training runtime share: views of one storage,
+    empty ones too (AOTAutograd sees them as aliases), are not plain; distinct empty
+    tensors (all with data pointer 0 or an arena's) and Parameters (where allowed) are."""
+    why = graph_cache.why_not_plain_inputs
+    x, e = torch.ones(4, 3), torch.empty(0, 3)
+    assert why([x, x.clone()]) is None
+    assert why([x, x[1]]) == why([e, e[:0]]) == why([e, e.view(3, 0)]) \
+        == "two inputs share storage"
+    assert why([torch.empty(0), torch.empty(0, 2), x]) is None
+    p = torch.nn.Parameter(torch.ones(2))
+    assert why([p], parameters=True) is None
+    assert "not a tensor of static sizes" in why([x, p])
+    assert "not a tensor of static sizes" in why([x.to_sparse()])
+
+
 def test_the_key_is_stable_across_processes_and_a_new_process_hits(fresh_cache):
     script = (
         "import torch, fusionstitch\n"
