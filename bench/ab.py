@@ -20,6 +20,10 @@ replay their first outputs: what is left is what no backend avoids (Dynamo's gua
 AOTAutograd's runtime, the autograd engine, the step's Python). With it, ``graphs``
 prints each backend's step less the floor (the time its graphs cost) and ``best
 possible``: Inductor's step over the floor, the most any backend could gain over it.
+Where replaying cannot work (a graph whose output sizes depend on the data, as in
+mixtral's expert loop), ``dynamo_eager`` and ``aot_eager`` (torch's debug backends:
+Dynamo's graphs, or AOTAutograd's, run eagerly) show what Dynamo's graph breaks and
+guards cost on their own.
 
 A variant may carry environment settings for its compilation and warm-up steps (what a
 knob read when a program is built decides): ``fusionstitch:FUSIONSTITCH_CHAIN=0`` against

@@ -229,6 +229,9 @@ def _compile(variant: str, fn, target: str, sink: list | None = None):
         return torch.compile(fn, mode="reduce-overhead")
     if variant == "floor":
         return torch.compile(fn, backend=floor_backend)
+    if variant in ("dynamo_eager", "aot_eager"):   # torch's debug backends: the graphs
+        # run eagerly, after Dynamo (and AOTAutograd): a floor where replaying fails
+        return torch.compile(fn, backend=variant.replace("dynamo_", ""))
     return torch.compile(fn, backend=fusionstitch.backend(
         strategy="stitch", target=target, cuda_graphs=variant == "fusionstitch_cudagraphs",
         _sink=sink))

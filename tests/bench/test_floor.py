@@ -45,3 +45,15 @@ def test_ab_reports_the_graphs_time_and_the_best_possible_ratio():
     assert set(r["graphs_ms"]) == {"fusionstitch", "inductor"}
     assert r["graphs_ms"]["fusionstitch"] == med["fusionstitch"] - med["floor"]
     assert r["best_possible_over_inductor"] == med["inductor"] / med["floor"]
+
+
+def test_torchs_debug_backends_run_data_dependent_sizes():
+    """dynamo_eager and aot_eager: the floor where replaying cannot work (a size the data
+    decides, which a replayed output would get wrong)."""
+    def pick(x):
+        return (x[x > 0] * 2).sum()
+    for variant in ("dynamo_eager", "aot_eager"):
+        torch._dynamo.reset()
+        f = _compile(variant, pick, "cpu")
+        for x in (torch.randn(16), torch.randn(9)):
+            torch.testing.assert_close(f(x), pick(x))
