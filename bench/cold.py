@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import subprocess
 import sys
 import tempfile
+
+from bench.child import run_json
+from bench.summary import geomean
 
 _CHILD = "--one"
 
@@ -58,16 +59,11 @@ def cold(workload: str, backend: str, size: str = "small", timeout: float = 1800
                "TORCHINDUCTOR_CACHE_DIR": os.path.join(tmp, "inductor"),
                "TRITON_CACHE_DIR": os.path.join(tmp, "triton"),
                "TORCHINDUCTOR_COMPILE_THREADS": "1", "OMP_NUM_THREADS": "1"}
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        done = subprocess.run([sys.executable, "-m", "bench.cold", _CHILD, workload, backend,
-                               size], capture_output=True, text=True, env=env, cwd=root,
-                              timeout=timeout, check=False)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-    if done.returncode or not lines:
+        row, proc = run_json("bench.cold", [_CHILD, workload, backend, size], timeout, env)
+    if row is None:
         raise RuntimeError(f"cold compile of {workload} with {backend} failed "
-                           f"(exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(lines[-1])
+                           f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             line += f"  fs/ind {ratios[-1]:.2f}"
         print(f"{w}: {line}", flush=True)
     if ratios:
-        g = math.exp(sum(map(math.log, ratios)) / len(ratios))
-        print(f"geomean fs/ind (cpu s) over {len(ratios)}: {g:.2f}; worst {max(ratios):.2f}")
+        print(f"geomean fs/ind (cpu s) over {len(ratios)}: {geomean(ratios):.2f}; "
+              f"worst {max(ratios):.2f}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"meta": versions(), "command": "python -m bench.cold "

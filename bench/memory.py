@@ -51,7 +51,8 @@ import sys
 if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.child import ROOT, run_json  # noqa: E402
+
 DEFAULT_OUT = os.path.join(ROOT, "bench", "results")
 VARIANTS = ("eager", "inductor", "fusionstitch", "fusionstitch_norecycle")
 MIB = 2 ** 20
@@ -156,20 +157,17 @@ def child(name: str, variant: str, size: str, steps: int, device: str) -> dict:
 # --- the parent -------------------------------------------------------------------------
 def _run_child(name: str, variant: str, size: str, steps: int, device: str,
                timeout: float) -> dict:
-    cmd = [sys.executable, "-m", "bench.memory", "--child", name, variant, "--size", size,
-           "--steps", str(steps), "--device", device]
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        row, proc = run_json("bench.memory", ["--child", name, variant, "--size", size,
+                                              "--steps", str(steps), "--device", device],
+                             timeout)
     except subprocess.TimeoutExpired:
         return {"workload": name, "variant": variant, "error": f"timed out after {timeout} s"}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
+    if row is None:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         return {"workload": name, "variant": variant,
                 "error": f"exit {proc.returncode}: " + " | ".join(tail)}
-    return json.loads(lines[-1])
+    return row
 
 
 def _mib(row: dict, key: str) -> float | None:
